@@ -1,0 +1,1 @@
+"""Compiled kernels used by the book (sliding-window recurrences: :mod:`kernels.swr`)."""

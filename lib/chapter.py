@@ -1,0 +1,85 @@
+"""The few lines every chapter notebook starts and ends with.
+
+    ch = Chapter("01-induction-head", globals())   # first cell after `parameters`
+    ...
+    ch.claims.close(...)                             # record checks
+    ch.savefig(fig, "ood-heatmap")                   # figures/ood-heatmap.png under out_dir
+    ch.claims.table()                                # show the claims table
+    ch.save(metrics={...})                           # results.json
+    ch.provenance()                                  # commit, environment, parameters, runtime
+
+``Chapter`` reads the parameters from the notebook namespace (the literals defined by the
+``parameters`` cell and papermill's injected cell), applies the house plot style, seeds
+numpy's and torch's global generators from ``seed`` and sets torch's thread count.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from lib import plotting
+from lib.claims import Claims, to_jsonable
+from lib.provenance import Stopwatch, summary
+
+_LITERAL = (int, float, str, bool, list, tuple, dict, type(None))
+_IPYTHON_NAMES = {"In", "Out", "exit", "quit", "get_ipython"}
+
+
+def notebook_parameters(namespace: dict) -> dict:
+    """The literal-valued public names of a namespace: a chapter's parameters when called
+    right after its parameters cell."""
+    return {k: v for k, v in namespace.items()
+            if not k.startswith("_") and k not in _IPYTHON_NAMES and isinstance(v, _LITERAL)}
+
+
+class Chapter:
+    def __init__(self, slug: str, namespace: dict):
+        self.slug = slug
+        self.parameters = notebook_parameters(namespace)
+        if "seed" not in self.parameters or not isinstance(self.parameters["seed"], int):
+            raise ValueError("a chapter's parameters cell must define an integer `seed`")
+        self.seed = self.parameters["seed"]
+        self.out_dir = Path(self.parameters.get("out_dir", f"_build/runs/jupyter/{slug}"))
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.claims = Claims(slug)
+        self.stopwatch = Stopwatch()
+        plotting.use_style()
+        self._seed_globals()
+
+    def _seed_globals(self) -> None:
+        import numpy as np
+
+        np.random.seed(self.seed)
+        try:
+            import torch
+        except ImportError:
+            return
+        torch.manual_seed(self.seed)
+        threads = int(os.environ.get("COMPANION_THREADS", "0"))
+        if threads > 0:
+            torch.set_num_threads(threads)
+
+    def rng(self, *stream: int):
+        """An independent numpy Generator for a named sub-stream of this chapter's seed."""
+        import numpy as np
+
+        return np.random.default_rng([self.seed, *stream])
+
+    def savefig(self, fig, name: str) -> Path:
+        return plotting.save(fig, self.out_dir, name)
+
+    def save(self, metrics: dict | None = None) -> Path:
+        """Write results.json: chapter, profile, parameters, claims, metrics."""
+        path = self.claims.save(self.out_dir, metrics)
+        doc = json.loads(path.read_text())
+        doc["parameters"] = to_jsonable(self.parameters)
+        path.write_text(json.dumps(doc, indent=1, allow_nan=False))
+        failed = [c.id for c in self.claims.failed]
+        print(f"{len(self.claims.claims)} claims recorded"
+              + (f"; theorem claims that do NOT hold: {', '.join(failed)}" if failed else ""))
+        return path
+
+    def provenance(self):
+        return summary(self.parameters, self.stopwatch)

@@ -1,0 +1,105 @@
+"""House style for every figure: theory as black dashed lines, simulation as coloured
+markers with 95% intervals over seeds, a colour-blind palette, opaque white backgrounds.
+
+    from lib import plotting as P
+    P.use_style()
+    fig, ax = P.figure()
+    P.theory(ax, x, y_theory)
+    P.simulation(ax, x, samples, label="GD, 5 seeds")   # samples: (len(x), n_seeds)
+    P.label(ax, "step $t$", r"loss $L(w_t)$")
+    P.save(fig, out_dir, "loss")
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import matplotlib as mpl
+import matplotlib.pyplot as plt
+import numpy as np
+from scipy import stats
+
+#: Okabe–Ito, the colour-blind-safe qualitative palette (black is reserved for theory).
+PALETTE = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442"]
+MARKERS = ["o", "s", "^", "D", "v", "P", "X"]
+THEORY_STYLE = dict(color="black", linestyle="--", linewidth=1.6, zorder=3)
+
+STYLE = {
+    "figure.facecolor": "white", "axes.facecolor": "white", "savefig.facecolor": "white",
+    "savefig.transparent": False, "figure.dpi": 110, "savefig.dpi": 150,
+    "figure.figsize": (6.4, 4.0), "font.size": 10.5, "axes.titlesize": 11,
+    "axes.labelsize": 10.5, "legend.fontsize": 9, "legend.frameon": False,
+    "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True,
+    "grid.alpha": 0.25, "axes.prop_cycle": mpl.cycler(color=PALETTE),
+    "image.cmap": "viridis", "savefig.bbox": "tight",
+}
+
+
+def use_style() -> None:
+    """Apply the house style to matplotlib (call once at the top of a chapter)."""
+    mpl.rcParams.update(STYLE)
+
+
+def figure(ncols: int = 1, nrows: int = 1, width: float = 6.4, height: float = 4.0, **kw):
+    """A figure of ``nrows × ncols`` axes sized for the book's text width."""
+    use_style()
+    return plt.subplots(nrows, ncols, figsize=(width * (ncols if ncols > 1 else 1) ** 0.85,
+                                               height * nrows ** 0.9), squeeze=True,
+                        layout="constrained", **kw)
+
+
+def mean_ci(samples, axis: int = -1, level: float = 0.95):
+    """Mean and half-width of the Student-t interval over ``axis`` (0 width for one sample)."""
+    s = np.asarray(samples, dtype=float)
+    n = s.shape[axis]
+    mean = np.nanmean(s, axis=axis)
+    if n < 2:
+        return mean, np.zeros_like(mean)
+    sem = np.nanstd(s, axis=axis, ddof=1) / np.sqrt(n)
+    return mean, stats.t.ppf(0.5 + level / 2, n - 1) * sem
+
+
+def theory(ax, x, y, label: str = "theory", **kw):
+    """The theory line: black, dashed."""
+    return ax.plot(x, y, label=label, **{**THEORY_STYLE, **kw})
+
+
+def simulation(ax, x, samples, label: str = "simulation", color=None, marker=None,
+               index: int = 0, connect: bool = False, **kw):
+    """Simulated points with 95% intervals. ``samples`` is ``(len(x),)`` for single runs or
+    ``(len(x), n_seeds)``; ``index`` picks the palette colour and marker."""
+    s = np.asarray(samples, dtype=float)
+    mean, half = mean_ci(s, axis=-1) if s.ndim == 2 else (s, None)
+    return ax.errorbar(x, mean, yerr=half, label=label,
+                       color=color or PALETTE[index % len(PALETTE)],
+                       marker=marker or MARKERS[index % len(MARKERS)],
+                       linestyle="-" if connect else "none", linewidth=1.0, markersize=5,
+                       capsize=2.5, elinewidth=1.0, zorder=4, **kw)
+
+
+def band(ax, x, samples, label: str | None = None, index: int = 0, **kw):
+    """A simulated curve over many x (e.g. training steps): mean line and 95% band over seeds."""
+    mean, half = mean_ci(np.asarray(samples, dtype=float), axis=-1)
+    color = kw.pop("color", PALETTE[index % len(PALETTE)])
+    (line,) = ax.plot(x, mean, color=color, label=label, linewidth=1.5, **kw)
+    ax.fill_between(x, mean - half, mean + half, color=color, alpha=0.2, linewidth=0)
+    return line
+
+
+def label(ax, xlabel: str, ylabel: str, title: str | None = None, legend: bool = True):
+    """Label both axes (with units or the text's symbols) and draw the legend if any."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    if legend and ax.get_legend_handles_labels()[0]:
+        ax.legend()
+
+
+def save(fig, out_dir: str | os.PathLike, name: str) -> Path:
+    """Save ``fig`` as ``out_dir/figures/name.png`` (the notebook also shows it inline)."""
+    path = Path(out_dir) / "figures" / f"{name}.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    return path
