@@ -1,0 +1,112 @@
+"""Assemble and build the HTML book from executed chapters.
+
+The sources in ``book/`` are never modified and never hold outputs. ``build_html`` copies them
+into ``_build/stage/`` (mirroring the repository layout, so ``_config.yml`` and ``_toc.yml``
+read the same there), puts each chapter's executed notebook in place of its source, writes the
+status page from the chapters' results.json, and runs Jupyter Book with execution off and
+warnings as errors, into ``_build/html``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from lib.chapters import Book
+from lib.runner import stored
+
+STATUS_MARKER = "<!-- status-table -->"
+
+
+def _cell(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_cell(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return ", ".join(f"{k} = {_cell(v)}" for k, v in value.items())
+    if value is None:
+        return "—"
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def _status(claim: dict) -> str:
+    holds = claim.get("holds")
+    if holds is None:
+        return "skipped"
+    if claim.get("kind") == "empirical":
+        return "reproduced" if holds else "**not reproduced**"
+    return "holds" if holds else "**FAILS**"
+
+
+def status_markdown(book: Book, profile: str) -> str:
+    """Tables of every chapter's runtime, claims and environment."""
+    lines = ["| chapter | runtime (s) | theorem claims held | empirical claims reproduced | commit |",
+             "|---|---:|---:|---:|---|"]
+    claim_rows = ["| chapter | claim | kind | statement | theory | simulation | status |",
+                  "|---|---|---|---|---|---|---|"]
+    envs = set()
+    for ch in book.chapters():
+        doc = stored(book.run_dir(profile, ch)) or {}
+        prov = doc.get("provenance", {})
+        claims = doc.get("claims", [])
+        thm = [c for c in claims if c.get("kind") == "theorem"]
+        emp = [c for c in claims if c.get("kind") == "empirical"]
+        link = f"[{ch.slug}](chapters/{ch.slug}.ipynb)"
+        if not doc:
+            lines.append(f"| {link} | not run | | | |")
+            continue
+        lines.append(f"| {link} | {prov.get('runtime_s', 0):.1f} | "
+                     f"{sum(c.get('holds') is True for c in thm)}/{len(thm)} | "
+                     f"{sum(c.get('holds') is True for c in emp)}/{len(emp)} | "
+                     f"`{prov.get('git', '?')}` |")
+        for c in claims:
+            claim_rows.append(f"| {ch.number} | `{c['id']}` | {c['kind']} | {_cell(c['statement'])} | "
+                              f"{_cell(c.get('theory'))} | {_cell(c.get('simulation'))} | {_status(c)} |")
+        envs.add((prov.get("python"), prov.get("torch"), prov.get("numpy"), prov.get("threads")))
+    env_rows = ["| Python | torch | numpy | threads |", "|---|---|---|---|"]
+    env_rows += [f"| {_cell(p)} | {_cell(t)} | {_cell(n)} | {_cell(th)} |" for p, t, n, th in sorted(
+        envs, key=str)]
+    return "\n".join([f"Profile: `{profile}`.", "", "## Chapters", "", *lines, "", "## Claims", "",
+                      *claim_rows, "", "## Environment", "", *env_rows, ""])
+
+
+def stage(book: Book, profile: str) -> Path:
+    """Copy the book's sources into ``_build/stage`` with executed chapters and the status page."""
+    dest = book.build_dir / "stage"
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    for name in ("_config.yml", "_toc.yml"):
+        shutil.copyfile(book.root / name, dest / name)
+    shutil.copytree(book.root / "book", dest / "book",
+                    ignore=shutil.ignore_patterns("params", "*.ipynb", ".ipynb_checkpoints"))
+    (dest / "book" / "chapters").mkdir(exist_ok=True)
+    for ch in book.chapters():
+        executed = book.run_dir(profile, ch) / f"{ch.slug}.ipynb"
+        if not executed.exists():
+            raise FileNotFoundError(f"{ch.slug} has no executed notebook for profile {profile}")
+        shutil.copyfile(executed, dest / "book" / "chapters" / f"{ch.slug}.ipynb")
+    status = dest / "book" / "status.md"
+    status.write_text(status.read_text().replace(STATUS_MARKER, status_markdown(book, profile)))
+    return dest
+
+
+def build_html(book: Book, profile: str = "default") -> bool:
+    """Stage and build; True when Jupyter Book finished without warnings."""
+    src = stage(book, profile)
+    cmd = [str(Path(sys.executable).parent / "jupyter-book"), "build", str(src), "--path-output",
+           str(book.root), "--warningiserror", "--keep-going", "--quiet"]
+    print("building the book:", " ".join(cmd[1:3]), "→", book.build_dir / "html", flush=True)
+    proc = subprocess.run(cmd, cwd=book.root)
+    if proc.returncode != 0:
+        print("the book build failed (warnings are errors); see the messages above", file=sys.stderr)
+        return False
+    print(f"book built: {book.build_dir / 'html' / 'index.html'}")
+    return True
+
+
+def load_all_results(book: Book, profile: str) -> dict[str, dict]:
+    return {ch.slug: stored(book.run_dir(profile, ch)) or {} for ch in book.chapters()}
+

@@ -1,0 +1,184 @@
+"""The book's chapters: discovery, their parameters, profiles, and override validation.
+
+A chapter is ``book/chapters/NN-slug.ipynb``. Its parameters are the assignments of literals in
+the cell tagged ``parameters``; their values are the ``default`` profile, and
+``book/params/{quick,default,paper}.yaml`` map each chapter slug to the values that differ.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+PROFILES = ("quick", "default", "paper")
+_CHAPTER_FILE = re.compile(r"^(\d\d)-([a-z0-9-]+)\.ipynb$")
+
+
+class UsageError(Exception):
+    """Bad input from the user: reported as one line, exit code 64."""
+
+
+def find_root() -> Path:
+    """The project root: ``$COMPANION_ROOT``, else the checkout this package lives in."""
+    env = os.environ.get("COMPANION_ROOT")
+    if env:
+        return Path(env).resolve()
+    return Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Parameter:
+    name: str
+    default: Any
+
+    @property
+    def type_name(self) -> str:
+        return _type_name(self.default)
+
+    def coerce(self, value: Any) -> Any:
+        """``value`` (a string from the command line, or a YAML value) as this parameter's type;
+        raises UsageError naming the parameter and the expected type."""
+        want = type(self.default)
+        try:
+            if isinstance(value, str) and want is not str:
+                value = _parse_text(value, want)
+            if want is bool:
+                ok = isinstance(value, bool)
+            elif want is int:
+                ok = isinstance(value, int) and not isinstance(value, bool)
+            elif want is float:
+                ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+                value = float(value) if ok else value
+            elif want is type(None):
+                ok = True
+            else:
+                ok = isinstance(value, want)
+                if want is list and ok and self.default:
+                    elem = Parameter(self.name + "[]", self.default[0])
+                    value = [elem.coerce(v) for v in value]
+        except (ValueError, yaml.YAMLError):
+            ok = False
+        if not ok:
+            raise UsageError(f"parameter '{self.name}' expects {self.type_name} "
+                             f"(default {self.default!r}), got {value!r}")
+        return value
+
+
+def _parse_text(text: str, want: type) -> Any:
+    if want is int:
+        return int(text)
+    if want is float:
+        return float(text)
+    if want is bool:
+        low = text.strip().lower()
+        if low in ("true", "1", "yes", "on"):
+            return True
+        if low in ("false", "0", "no", "off"):
+            return False
+        raise ValueError(text)
+    return yaml.safe_load(text)
+
+
+def _type_name(value: Any) -> str:
+    if isinstance(value, list) and value:
+        return f"list of {_type_name(value[0])}"
+    return {bool: "bool", int: "int", float: "float", str: "str", list: "list", dict: "dict",
+            type(None): "any"}.get(type(value), type(value).__name__)
+
+
+@dataclass
+class Chapter:
+    number: str
+    slug: str
+    path: Path
+    parameters: dict[str, Parameter] = field(default_factory=dict)
+
+    @property
+    def title(self) -> str:
+        nb = json.loads(self.path.read_text())
+        for cell in nb["cells"]:
+            if cell["cell_type"] == "markdown":
+                for line in "".join(cell["source"]).splitlines():
+                    if line.startswith("# "):
+                        return line[2:].strip()
+        return self.slug
+
+    def resolve(self, profile_values: dict, overrides: dict[str, str]) -> dict[str, Any]:
+        """Defaults ← profile ← command-line overrides, every value validated."""
+        resolved = {name: p.default for name, p in self.parameters.items()}
+        for source, values in (("profile", profile_values), ("-p", overrides)):
+            for name, value in values.items():
+                if name not in self.parameters:
+                    known = ", ".join(self.parameters)
+                    raise UsageError(f"chapter {self.slug} has no parameter '{name}' "
+                                     f"(from {source}); its parameters: {known}")
+                resolved[name] = self.parameters[name].coerce(value)
+        return resolved
+
+
+def parameters_of(path: Path) -> dict[str, Parameter]:
+    """The literal assignments of the notebook's ``parameters`` cell, in order."""
+    nb = json.loads(path.read_text())
+    cells = [c for c in nb["cells"]
+             if c["cell_type"] == "code" and "parameters" in c.get("metadata", {}).get("tags", [])]
+    if len(cells) != 1:
+        raise UsageError(f"{path.name}: expected exactly one cell tagged 'parameters', found {len(cells)}")
+    params = {}
+    for node in ast.parse("".join(cells[0]["source"])).body:
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)):
+            raise UsageError(f"{path.name}: the parameters cell may only assign literals to names")
+        try:
+            value = ast.literal_eval(node.value)
+        except ValueError:
+            raise UsageError(f"{path.name}: parameter '{node.targets[0].id}' is not a literal") from None
+        params[node.targets[0].id] = Parameter(node.targets[0].id, value)
+    return params
+
+
+class Book:
+    """The chapters and profiles of the project rooted at ``root``."""
+
+    def __init__(self, root: Path | None = None):
+        self.root = Path(root) if root else find_root()
+        self.chapter_dir = self.root / "book" / "chapters"
+        self.params_dir = self.root / "book" / "params"
+        self.build_dir = self.root / "_build"
+
+    def chapters(self) -> list[Chapter]:
+        found = []
+        for path in sorted(self.chapter_dir.glob("*.ipynb")):
+            m = _CHAPTER_FILE.match(path.name)
+            if m:
+                found.append(Chapter(m.group(1), f"{m.group(1)}-{m.group(2)}", path,
+                                     parameters_of(path)))
+        return found
+
+    def chapter(self, key: str) -> Chapter:
+        """A chapter by number (``3``, ``03``) or slug."""
+        chapters = self.chapters()
+        for ch in chapters:
+            if key == ch.slug or (key.isdigit() and int(key) == int(ch.number)) or key == ch.slug[3:]:
+                return ch
+        names = ", ".join(c.slug for c in chapters)
+        raise UsageError(f"no chapter '{key}' (chapters: {names})")
+
+    def profile(self, name: str, chapter: Chapter) -> dict:
+        if name not in PROFILES:
+            raise UsageError(f"unknown profile '{name}' (profiles: {', '.join(PROFILES)})")
+        path = self.params_dir / f"{name}.yaml"
+        table = (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
+        values = table.get(chapter.slug) or {}
+        if not isinstance(values, dict):
+            raise UsageError(f"{path}: the entry for {chapter.slug} must be a mapping")
+        return values
+
+    def run_dir(self, profile: str, chapter: Chapter) -> Path:
+        return self.build_dir / "runs" / profile / chapter.slug

@@ -1,0 +1,170 @@
+"""`companion`: list, run, build and check the book's chapters.
+
+    companion list
+    companion run CH... [--profile quick|default|paper] [-p NAME VALUE]... [--out DIR]
+                  [--force] [--jobs N] [--scheduler ADDRESS]
+    companion build [--profile P] [--jobs N]
+    companion status [--profile P]
+    companion bench swr [...]
+    companion strip [NOTEBOOK...]
+
+Exit codes of ``run`` and ``build``: 0 every theorem claim held, 1 a notebook failed,
+2 a theorem claim did not hold, 64 bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from lib.chapters import PROFILES, Book, UsageError
+from lib.runner import CLAIM_FAILED, EXEC_FAILED, OK, USAGE, RunResult, is_fresh, resolve, run_many
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line and exit 64, as for every usage error
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="companion", description="Run and build the companion book.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub.add_parser("list", help="chapters, their parameters, types and defaults")
+
+    run = sub.add_parser("run", help="execute chapters with papermill")
+    run.add_argument("chapters", nargs="+", metavar="CH", help="number (1, 01) or slug; 'all'")
+    run.add_argument("--profile", default="default", choices=PROFILES)
+    run.add_argument("-p", "--param", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"))
+    run.add_argument("--out", type=Path, help="output directory (one chapter)")
+    run.add_argument("--force", action="store_true", help="run even if cached")
+    run.add_argument("--jobs", type=int, default=1, help="chapters in parallel (cores are split)")
+    run.add_argument("--scheduler", help="Dask scheduler address for the chapters' sweeps")
+
+    build = sub.add_parser("build", help="run what is missing or stale, then build the HTML book")
+    build.add_argument("--profile", default="default", choices=PROFILES)
+    build.add_argument("--jobs", type=int, default=1)
+    build.add_argument("--force", action="store_true")
+
+    status = sub.add_parser("status", help="per chapter: cached?, claims held, runtime")
+    status.add_argument("--profile", default="default", choices=PROFILES)
+
+    bench = sub.add_parser("bench", help="kernel benchmarks")
+    bench.add_argument("what", choices=["swr"])
+    bench.add_argument("args", nargs=argparse.REMAINDER)
+
+    strip = sub.add_parser("strip", help="remove outputs from chapter notebooks (in place)")
+    strip.add_argument("notebooks", nargs="*", type=Path)
+    return p
+
+
+def _select(book: Book, keys: list[str]):
+    if keys == ["all"]:
+        return book.chapters()
+    return [book.chapter(k) for k in keys]
+
+
+def _report(r: RunResult) -> None:
+    claims = r.results.get("claims", [])
+    held = sum(c.get("holds") is True for c in claims)
+    tag = {"cached": "cached", "ran": "ran", "failed": "FAILED"}[r.status]
+    line = f"{r.chapter.slug} [{r.profile}] {tag} in {r.runtime_s:.1f}s"
+    if r.status != "failed":
+        line += f": {held}/{len(claims)} claims hold → {r.out_dir}"
+    print(line, flush=True)
+    if r.status == "failed":
+        print(r.message, file=sys.stderr, flush=True)
+    for c in r.failed_claims:
+        print(f"  theorem claim '{c['id']}' does not hold: {c['statement']} "
+              f"(theory {c['theory']}, simulation {c['simulation']}, {c['tolerance']})",
+              file=sys.stderr, flush=True)
+
+
+def _exit(results: list[RunResult]) -> int:
+    codes = {r.exit_code for r in results}
+    return EXEC_FAILED if EXEC_FAILED in codes else CLAIM_FAILED if CLAIM_FAILED in codes else OK
+
+
+def cmd_list(book: Book, args) -> int:
+    for ch in book.chapters():
+        print(f"{ch.slug}  {ch.title}")
+        for p in ch.parameters.values():
+            print(f"    {p.name:<18} {p.type_name:<14} {p.default!r}")
+    return OK
+
+
+def cmd_run(book: Book, args) -> int:
+    overrides = dict(args.param)
+    chapters = _select(book, args.chapters)
+    return _exit(run_many(book, chapters, args.profile, overrides, args.out, args.force,
+                          args.jobs, args.scheduler, _report))
+
+
+def cmd_status(book: Book, args) -> int:
+    for ch in book.chapters():
+        params = resolve(book, ch, args.profile, {})
+        fresh, doc = is_fresh(book, ch, params, book.run_dir(args.profile, ch))
+        if doc is None:
+            print(f"{ch.slug:<40} not run")
+            continue
+        claims = doc.get("claims", [])
+        held = sum(c.get("holds") is True for c in claims)
+        state = "cached" if fresh else "stale"
+        print(f"{ch.slug:<40} {state:<7} {held}/{len(claims)} claims hold, "
+              f"{doc['provenance'].get('runtime_s', 0):.1f}s")
+    return OK
+
+
+def cmd_build(book: Book, args) -> int:
+    from lib.book import build_html
+
+    results = run_many(book, book.chapters(), args.profile, {}, None, args.force, args.jobs,
+                       None, _report)
+    code = _exit(results)
+    if code == EXEC_FAILED:
+        print("not building the book: a chapter failed", file=sys.stderr)
+        return code
+    ok = build_html(book, args.profile)
+    return code if ok else EXEC_FAILED
+
+
+def cmd_bench(book: Book, args) -> int:
+    from kernels.swr import bench
+
+    return bench.main(args.args) or OK
+
+
+def cmd_strip(book: Book, args) -> int:
+    paths = args.notebooks or sorted(book.chapter_dir.glob("*.ipynb"))
+    for path in paths:
+        nb = json.loads(path.read_text())
+        changed = False
+        for cell in nb["cells"]:
+            if cell["cell_type"] == "code" and (cell.get("outputs") or cell.get("execution_count")):
+                cell["outputs"], cell["execution_count"] = [], None
+                changed = True
+        if changed:
+            path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+            print(f"stripped {path}")
+    return OK
+
+
+COMMANDS = {"list": cmd_list, "run": cmd_run, "status": cmd_status, "build": cmd_build,
+            "bench": cmd_bench, "strip": cmd_strip}
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = _parser().parse_args(argv)
+        return COMMANDS[args.command](Book(), args)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return USAGE
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

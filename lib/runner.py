@@ -1,0 +1,265 @@
+"""Execute a chapter with papermill: cache, atomic outputs, provenance.
+
+A run writes ``<out>/``: the executed notebook ``<slug>.ipynb``, ``figures/`` and
+``results.json``. It executes in a temporary sibling directory and is moved into place only
+when complete, so a failed or killed run never leaves a half-written result.
+
+The cache key hashes the notebook's cells, the resolved parameters, the pinned environment and
+the contents of the ``lib/`` and ``kernels/`` source files the chapter actually imported. Those
+files are recorded at run time by a last, hidden cell (a depfile, as a build system keeps), so
+editing one paper's module re-runs only the chapters that import it, while the shared modules
+(claims, plotting, chapter) invalidate every chapter.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from lib.chapters import Book, Chapter, UsageError
+from lib.provenance import environment, git_commit
+
+TRACKED_DIRS = ("lib", "kernels")
+ENV_FILES = ("constraints.txt", "pyproject.toml")
+DEPFILE = "deps.json"
+
+# Exit codes of `companion run` (DESIGN.md).
+OK, EXEC_FAILED, CLAIM_FAILED, USAGE = 0, 1, 2, 64
+
+
+@dataclass
+class RunResult:
+    chapter: Chapter
+    profile: str
+    out_dir: Path
+    status: str  # "cached", "ran" or "failed"
+    exit_code: int
+    runtime_s: float = 0.0
+    results: dict = field(default_factory=dict)
+    message: str = ""
+
+    @property
+    def failed_claims(self) -> list[dict]:
+        return [c for c in self.results.get("claims", [])
+                if c.get("kind") == "theorem" and c.get("holds") is False]
+
+
+def _sha(*parts: bytes) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(hashlib.sha256(p).digest())
+    return h.hexdigest()
+
+
+def notebook_fingerprint(path: Path) -> bytes:
+    """The notebook's cells (type, tags, source) without outputs or volatile metadata."""
+    nb = json.loads(path.read_text())
+    cells = [(c["cell_type"], sorted(c.get("metadata", {}).get("tags", [])), "".join(c["source"]))
+             for c in nb["cells"]]
+    return json.dumps(cells).encode()
+
+
+def environment_fingerprint(root: Path) -> bytes:
+    parts = [sys.version.encode()]
+    for name in ENV_FILES:
+        p = root / name
+        parts.append(p.read_bytes() if p.exists() else b"")
+    return b"\0".join(parts)
+
+
+def cache_key(book: Book, chapter: Chapter, params: dict, deps: list[str]) -> str:
+    dep_parts = []
+    for rel in sorted(deps):
+        p = book.root / rel
+        dep_parts.append(rel.encode() + b"\0" + (p.read_bytes() if p.exists() else b"<missing>"))
+    return _sha(notebook_fingerprint(chapter.path), json.dumps(params, sort_keys=True).encode(),
+                environment_fingerprint(book.root), *dep_parts)
+
+
+def _depfile_cell(root: Path) -> dict:
+    roots = [str((root / d).resolve()) for d in TRACKED_DIRS]
+    src = (
+        "import json as _json, sys as _sys, os as _os\n"
+        f"_roots = {roots!r}\n"
+        "_deps = sorted({_os.path.realpath(m.__file__) for m in list(_sys.modules.values())\n"
+        "                if getattr(m, '__file__', None)\n"
+        "                and any(_os.path.realpath(m.__file__).startswith(r + _os.sep) for r in _roots)})\n"
+        f"_json.dump(_deps, open({DEPFILE!r}, 'w'))\n"
+    )
+    return {"cell_type": "code", "execution_count": None, "id": "companion-depfile",
+            "metadata": {"tags": ["remove-cell"]}, "outputs": [], "source": src}
+
+
+def stored(out_dir: Path) -> dict | None:
+    path = out_dir / "results.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def is_fresh(book: Book, chapter: Chapter, params: dict, out_dir: Path) -> tuple[bool, dict | None]:
+    """Whether ``out_dir`` holds a complete run with the same cache key."""
+    doc = stored(out_dir)
+    if not doc:
+        return False, None
+    prov = doc.get("provenance", {})
+    deps = prov.get("deps")
+    if deps is None or "cache_key" not in prov:
+        return False, doc
+    return prov["cache_key"] == cache_key(book, chapter, params, deps), doc
+
+
+def _exit_code(doc: dict) -> int:
+    failed = [c for c in doc.get("claims", []) if c.get("kind") == "theorem" and c.get("holds") is False]
+    return CLAIM_FAILED if failed else OK
+
+
+def _clean_stale_tmp(out_dir: Path) -> None:
+    for tmp in out_dir.parent.glob(f".tmp-{out_dir.name}-*"):
+        pid = tmp.name.rsplit("-", 1)[-1]
+        alive = pid.isdigit() and _pid_alive(int(pid))
+        if not alive or int(pid) == os.getpid():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _error_summary(exc: Exception) -> str:
+    """The notebook's own error: exception name, value and the last lines of its traceback."""
+    import re
+
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    return "\n".join(lines[-15:])
+
+
+def resolve(book: Book, chapter: Chapter, profile: str, overrides: dict[str, str]) -> dict:
+    """The chapter's parameters for this profile and overrides, without ``out_dir`` (where a
+    run is written is not part of what it computes: the runner sets it)."""
+    if "out_dir" in overrides:
+        raise UsageError("set the output directory with --out DIR, not -p out_dir")
+    params = chapter.resolve(book.profile(profile, chapter), overrides)
+    params.pop("out_dir", None)
+    return params
+
+
+def run_chapter(book: Book, chapter: Chapter, profile: str = "default",
+                overrides: dict[str, str] | None = None, out: Path | None = None,
+                force: bool = False, progress: bool | dict = True) -> RunResult:
+    """Run one chapter (or reuse a cached run); see the module docstring."""
+    import papermill as pm
+
+    params = resolve(book, chapter, profile, overrides or {})
+    out_dir = Path(out).resolve() if out else book.run_dir(profile, chapter)
+    fresh, doc = is_fresh(book, chapter, params, out_dir)
+    if fresh and not force:
+        return RunResult(chapter, profile, out_dir, "cached", _exit_code(doc),
+                         doc["provenance"].get("runtime_s", 0.0), doc)
+
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    _clean_stale_tmp(out_dir)
+    tmp = out_dir.parent / f".tmp-{out_dir.name}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    source = json.loads(chapter.path.read_text())
+    source["cells"].append(_depfile_cell(book.root))
+    (tmp / ".input.ipynb").write_text(json.dumps(source))
+
+    injected = {**params, "out_dir": "."} if "out_dir" in chapter.parameters else params
+    started = datetime.now(UTC).isoformat(timespec="seconds")
+    t0 = time.perf_counter()
+    os.environ["COMPANION_PROFILE"] = profile
+    try:
+        pm.execute_notebook(str(tmp / ".input.ipynb"), str(tmp / f"{chapter.slug}.ipynb"),
+                            parameters=injected, kernel_name="python3", cwd=str(tmp),
+                            progress_bar=progress, log_output=False)
+        doc = stored(tmp)
+        if doc is None:
+            raise RuntimeError("the notebook finished without writing results.json "
+                               "(its last cells must call ch.save())")
+    except Exception as exc:  # the notebook's failure, reported, never left as a result
+        failed_nb = book.build_dir / "failed" / profile / f"{chapter.slug}.ipynb"
+        failed_nb.parent.mkdir(parents=True, exist_ok=True)
+        if (tmp / f"{chapter.slug}.ipynb").exists():
+            shutil.copyfile(tmp / f"{chapter.slug}.ipynb", failed_nb)
+        shutil.rmtree(tmp, ignore_errors=True)
+        msg = _error_summary(exc) + f"\n(executed notebook kept at {failed_nb})"
+        return RunResult(chapter, profile, out_dir, "failed", EXEC_FAILED,
+                         time.perf_counter() - t0, {}, msg)
+    runtime = time.perf_counter() - t0
+
+    deps = json.loads((tmp / DEPFILE).read_text())
+    deps = sorted(os.path.relpath(d, book.root.resolve()) for d in deps)
+    (tmp / DEPFILE).unlink()
+    (tmp / ".input.ipynb").unlink()
+    env = environment()
+    doc.update(chapter=chapter.slug, profile=profile, parameters=params)
+    doc["provenance"] = {"git": git_commit(book.root), "cache_key": cache_key(book, chapter, params, deps),
+                         "python": env["python"], "torch": env.get("torch"), "numpy": env["numpy"],
+                         "started": started, "runtime_s": round(runtime, 2),
+                         "threads": int(os.environ.get("COMPANION_THREADS") or env["threads"]),
+                         "deps": deps}
+    (tmp / "results.json").write_text(json.dumps(doc, indent=1, allow_nan=False))
+
+    # Move into place: the old result (if any) goes only once the new one is complete.
+    trash = out_dir.parent / f".old-{out_dir.name}-{os.getpid()}"
+    if out_dir.exists():
+        os.replace(out_dir, trash)
+    os.replace(tmp, out_dir)
+    shutil.rmtree(trash, ignore_errors=True)
+    return RunResult(chapter, profile, out_dir, "ran", _exit_code(doc), runtime, doc)
+
+
+def set_threads(threads: int) -> None:
+    """Thread count for the kernels started from now on (torch, BLAS, OpenMP, numba)."""
+    for var in ("COMPANION_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                "NUMBA_NUM_THREADS"):
+        os.environ[var] = str(threads)
+
+
+def run_many(book: Book, chapters: list[Chapter], profile: str, overrides: dict, out: Path | None,
+             force: bool, jobs: int, scheduler: str | None, report) -> list[RunResult]:
+    """Run chapters, ``jobs`` at a time with the cores split between them; ``report`` is
+    called with each RunResult as it finishes."""
+    if out and len(chapters) > 1:
+        raise UsageError("--out takes one chapter at a time")
+    for ch in chapters:  # validate everything before any kernel starts
+        resolve(book, ch, profile, overrides)
+    jobs = max(1, min(jobs, len(chapters)))
+    set_threads(max(1, (os.cpu_count() or 1) // jobs))
+    if scheduler:
+        os.environ["COMPANION_SCHEDULER"] = scheduler
+    if jobs == 1:
+        results = []
+        for ch in chapters:
+            r = run_chapter(book, ch, profile, overrides, out, force, progress={"desc": ch.slug})
+            report(r)
+            results.append(r)
+        return results
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(i_ch):
+        i, ch = i_ch
+        r = run_chapter(book, ch, profile, overrides, out, force,
+                        progress={"desc": ch.slug, "position": i % jobs, "leave": False})
+        report(r)
+        return r
+
+    with ThreadPoolExecutor(jobs) as pool:
+        return list(pool.map(one, enumerate(chapters)))
