@@ -1,0 +1,153 @@
+"""Sliding-window recurrences (SWR): ``y_i = a_i y_{i−1} + x_i`` restarted from zero at the
+start of the previous block, so output ``i`` of block ``t = i // block`` sees exactly the inputs
+``[block·(t−1), i]`` (a jagged window of ``block+1 … 2·block`` tokens; block 0 is exact).
+
+Public API (chapters 02 and 09 call exactly this)::
+
+    from kernels.swr import swr, scan, SWRState
+    y = swr(a, x, block=16, impl="auto")   # a: (B, H, L) in (0, 1], x: (B, H, L, D)
+    full = scan(a, x)                        # the untruncated recurrence, same shapes
+    state = SWRState(B, H, D, block=16)      # token-by-token decode, equal to swr
+
+Implementations (``impl``), one file each, modelled on flash-linear-attention's ``fla/ops``:
+
+* ``"reference"`` — :mod:`kernels.swr.naive`: the window definition, looped; for tests.
+* ``"chunked"``   — :mod:`kernels.swr.chunk`: block two-pass (B2P) in PyTorch ops with a
+  hand-written backward; the readable blocked algorithm that the GPU kernel fuses.
+* ``"compiled"``  — :mod:`kernels.swr.compiled`: the streaming two-state loop compiled with
+  numba (forward and adjoint), the CPU fast path.
+* ``"triton"``    — :mod:`kernels.swr.triton_b2p`: fused B2P for CUDA GPUs.
+* ``"auto"``      — triton on CUDA (when available), compiled on CPU (when numba is
+  available), otherwise chunked.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernels.swr.decode import SWRState
+from kernels.swr.naive import scan_reference, swr_reference
+
+__all__ = ["IMPLS", "SWRState", "available_impls", "scan", "swr"]
+
+IMPLS = ("reference", "chunked", "compiled", "triton", "auto")
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def _check(a: torch.Tensor, x: torch.Tensor, block: int | None = None) -> None:
+    if not isinstance(a, torch.Tensor) or not isinstance(x, torch.Tensor):
+        raise ValueError("a and x must be torch tensors")
+    if x.dim() != 4:
+        raise ValueError(f"x must have shape (B, H, L, D), got {tuple(x.shape)}")
+    if a.shape != x.shape[:3]:
+        raise ValueError(f"a must have shape (B, H, L) = {tuple(x.shape[:3])} to match x, "
+                         f"got {tuple(a.shape)}")
+    if x.shape[2] < 1 or x.shape[3] < 1:
+        raise ValueError(f"need L ≥ 1 and D ≥ 1, got x of shape {tuple(x.shape)}")
+    for name, t in (("a", a), ("x", x)):
+        if t.dtype not in _FLOATS:
+            raise ValueError(f"{name} must be float16/bfloat16/float32/float64, got {t.dtype}")
+    if a.device != x.device:
+        raise ValueError(f"a and x must be on the same device, got {a.device} and {x.device}")
+    if block is not None and (not isinstance(block, int) or isinstance(block, bool) or block < 1):
+        raise ValueError(f"block must be a positive integer, got {block!r}")
+    with torch.no_grad():
+        if a.numel() and not bool(((a > 0) & (a <= 1)).all()):
+            raise ValueError("the coefficients a must lie in (0, 1]")
+
+
+def _numba_ok() -> bool:
+    try:
+        import numba  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _triton_ok(device: torch.device) -> bool:
+    from kernels.swr import triton_b2p
+
+    return triton_b2p.available(device)
+
+
+def available_impls(device: torch.device | str = "cpu") -> list[str]:
+    """The implementations that can run on ``device`` in this environment."""
+    device = torch.device(device)
+    out = ["reference", "chunked"]
+    if device.type == "cpu" and _numba_ok():
+        out.append("compiled")
+    if _triton_ok(device):
+        out.append("triton")
+    return out
+
+
+def resolve_impl(impl: str, device: torch.device) -> str:
+    """The concrete implementation ``impl`` stands for on ``device`` (``auto`` resolved)."""
+    if impl not in IMPLS:
+        raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+    if impl == "auto":
+        if device.type == "cuda" and _triton_ok(device):
+            return "triton"
+        if device.type == "cpu" and _numba_ok():
+            return "compiled"
+        return "chunked"
+    if impl not in available_impls(device):
+        raise ValueError(f"impl {impl!r} is not available on {device} here; "
+                         f"available: {available_impls(device)}")
+    return impl
+
+
+def _low_precision_on_cpu(x: torch.Tensor) -> bool:
+    return x.device.type != "cuda" and x.dtype in (torch.float16, torch.bfloat16)
+
+
+def swr(a: torch.Tensor, x: torch.Tensor, *, block: int = 16, impl: str = "auto") -> torch.Tensor:
+    """The SWR operator applied to ``x`` (``(B, H, L, D)``) with per-head coefficients ``a``
+    (``(B, H, L)``, values in (0, 1]); returns ``(B, H, L, D)`` in ``x``'s dtype.
+
+    Differentiable in ``a`` and ``x`` for every implementation. Half-precision inputs are
+    accumulated in float32."""
+    _check(a, x, block)
+    name = resolve_impl(impl, x.device)
+    out_dtype = x.dtype
+    work = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+    if name != "triton" or _low_precision_on_cpu(x):
+        a, x = a.to(work), x.to(work)
+    else:
+        a = a.to(work)
+    if name == "reference":
+        y = swr_reference(a, x, block)
+    elif name == "chunked":
+        from kernels.swr.chunk import swr_chunked
+
+        y = swr_chunked(a, x, block)
+    elif name == "compiled":
+        from kernels.swr.compiled import swr_compiled
+
+        y = swr_compiled(a, x, block)
+    else:
+        from kernels.swr.triton_b2p import swr_triton
+
+        y = swr_triton(a, x, block)
+    return y.to(out_dtype)
+
+
+def scan(a: torch.Tensor, x: torch.Tensor, *, impl: str = "auto") -> torch.Tensor:
+    """The full, untruncated recurrence ``y_i = a_i y_{i−1} + x_i`` (same shapes as :func:`swr`).
+
+    ``impl``: ``"reference"`` (a time loop in PyTorch) or ``"compiled"`` (the numba kernel with
+    one block spanning the whole sequence); ``"auto"`` picks ``"compiled"`` on CPU when numba is
+    available. Both are differentiable."""
+    _check(a, x)
+    if impl not in ("reference", "compiled", "auto"):
+        raise ValueError(f"scan impl must be 'reference', 'compiled' or 'auto', got {impl!r}")
+    if impl == "auto":
+        impl = "compiled" if x.device.type == "cpu" and _numba_ok() else "reference"
+    out_dtype = x.dtype
+    work = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+    a, x = a.to(work), x.to(work)
+    if impl == "compiled":
+        from kernels.swr.compiled import swr_compiled
+
+        return swr_compiled(a, x, x.shape[2]).to(out_dtype)
+    return scan_reference(a, x).to(out_dtype)
