@@ -1,0 +1,442 @@
+"""Chapter 06 — the loss path kernel (LPK) of gradient flow and the generalisation bound built on it.
+
+Chen, Wang, Huang, Han, Suzuki, Mazumdar, *Generalization Bound of Gradient Flow through Training
+Trajectory and Data-dependent Kernel*, NeurIPS 2025, arXiv:2506.11357.
+
+The model is a two-layer network with NTK scaling, no bias and a Softplus(β) activation,
+
+    f(w, x) = m^{-1/2} Σ_j a_j σ(w_jᵀx),      σ(u) = softplus(βu)/β,
+
+trained on the logistic loss ℓ(w, z) = log(1 + exp(−y f(w, x))) by gradient flow
+dw/dt = −∇L_S(w), L_S = (1/n) Σ_i ℓ(w, z_i). Along the trajectory we accumulate the loss path kernel
+
+    K_T(z, z') = ∫_0^T ⟨∇_w ℓ(w_t, z), ∇_w ℓ(w_t, z')⟩ dt,
+
+for which d/dt ℓ(w_t, z) = −(1/n) Σ_i ⟨∇ℓ(w_t, z), ∇ℓ(w_t, z_i)⟩ gives the exact kernel-machine
+identity ℓ(w_T, z) = ℓ(w_0, z) − (1/n) Σ_i K_T(z, z_i).
+
+Two ways to get per-sample gradients, side by side (the reference next to the fast path):
+:func:`per_sample_grads` uses ``torch.func`` (vmap + grad) and is the reference;
+:func:`loss_grad_gram` evaluates the same inner products in closed form for this architecture
+(O(N·N'·m) work instead of materialising N × #params gradients). The tests compare them.
+
+The ODE (parameters plus the kernel accumulators) is integrated by explicit Euler — which *is*
+full-batch gradient descent with step η, the kernel accumulated by the rectangle rule — or by
+classical RK4 on the same augmented system (the "ODE check": a 4th-order accurate gradient flow).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from scipy import stats
+
+DTYPE = torch.float64
+
+# ----------------------------------------------------------------------------------------------
+# Data
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Split:
+    """A binary task: inputs on the unit sphere, labels in {−1, +1}; training labels may be noisy."""
+
+    X: torch.Tensor          # (n, d) training inputs
+    y: torch.Tensor          # (n,) training labels as trained on (after label noise)
+    X_test: torch.Tensor     # (n_test, d)
+    y_test: torch.Tensor     # (n_test,) clean labels
+    flipped: int = 0         # how many training labels the noise flipped
+
+    @property
+    def n(self) -> int:
+        return self.X.shape[0]
+
+
+def _unit_rows(X: np.ndarray) -> np.ndarray:
+    return X / np.linalg.norm(X, axis=1, keepdims=True)
+
+
+def _flip(y: np.ndarray, noise: float, rng: np.random.Generator) -> tuple[np.ndarray, int]:
+    """Flip each label independently with probability ``noise`` (noise = 0.5: random labels)."""
+    if not 0.0 <= noise <= 1.0:
+        raise ValueError(f"label noise must lie in [0, 1], got {noise}")
+    mask = rng.random(y.shape[0]) < noise
+    return np.where(mask, -y, y), int(mask.sum())
+
+
+def digits_1v7(n: int, noise: float = 0.0, seed: int = 0) -> Split:
+    """scikit-learn's bundled 8×8 digits, class 1 (y = +1) against class 7 (y = −1).
+
+    Inputs are centred by the mean of the 1/7 images and scaled to unit norm. ``n`` images drawn at
+    random (from ``seed``) form the training set; the other 1/7 images are the test set."""
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    keep = np.isin(digits.target, (1, 7))
+    X = digits.data[keep].astype(float)
+    y = np.where(digits.target[keep] == 1, 1.0, -1.0)
+    if not 2 <= n < len(y) - 10:
+        raise ValueError(f"n must lie in [2, {len(y) - 11}] for digits 1 vs 7, got {n}")
+    X = _unit_rows(X - X.mean(axis=0))
+    rng = np.random.default_rng([seed, 6, 1])
+    order = rng.permutation(len(y))
+    tr, te = order[:n], order[n:]
+    y_tr, flipped = _flip(y[tr], noise, rng)
+    t = lambda a: torch.as_tensor(a, dtype=DTYPE)  # noqa: E731
+    return Split(t(X[tr]), t(y_tr), t(X[te]), t(y[te]), flipped)
+
+
+def gaussian_mixture(n: int, d: int = 20, noise: float = 0.0, n_test: int = 2000,
+                     separation: float = 1.5, seed: int = 0) -> Split:
+    """Synthetic task: x = y·μ + ξ projected to the unit sphere, y = ±1 with equal probability,
+    μ = separation · e_1 / √d and ξ ~ N(0, I_d / d) (so ‖ξ‖ ≈ 1 and, before the projection, the
+    Bayes error is Φ(−separation)). The test set is a fresh sample of ``n_test`` points."""
+    rng = np.random.default_rng([seed, 6, 2])
+    mu = np.zeros(d)
+    mu[0] = separation / math.sqrt(d)
+
+    def draw(k):
+        yy = rng.choice([-1.0, 1.0], size=k)
+        return _unit_rows(yy[:, None] * mu + rng.standard_normal((k, d)) / math.sqrt(d)), yy
+
+    X, y = draw(n)
+    X_te, y_te = draw(n_test)
+    y, flipped = _flip(y, noise, rng)
+    t = lambda a: torch.as_tensor(a, dtype=DTYPE)  # noqa: E731
+    return Split(t(X), t(y), t(X_te), t(y_te), flipped)
+
+
+# ----------------------------------------------------------------------------------------------
+# The network, its loss and its gradients
+# ----------------------------------------------------------------------------------------------
+
+Params = dict[str, torch.Tensor]   # {"W": (m, d), "a": (m,)}
+
+
+def init_params(d: int, width: int, seed: int) -> Params:
+    """N(0, 1) initialisation of both layers (NTK scaling puts the 1/√m in the forward pass)."""
+    g = torch.Generator().manual_seed(int(seed))
+    return {"W": torch.randn(width, d, generator=g, dtype=DTYPE),
+            "a": torch.randn(width, generator=g, dtype=DTYPE)}
+
+
+def forward(params: Params, X: torch.Tensor, beta: float = 10.0) -> torch.Tensor:
+    """f(w, x) = m^{-1/2} Σ_j a_j softplus(β w_jᵀx)/β for every row of X."""
+    m = params["a"].shape[0]
+    h = torch.nn.functional.softplus(X @ params["W"].T, beta=beta)
+    return h @ params["a"] / math.sqrt(m)
+
+
+def logistic(f: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """ℓ = log(1 + exp(−y f)), computed stably."""
+    return torch.nn.functional.softplus(-y * f)
+
+
+def logistic_slope(f: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """∂ℓ/∂f = −y · sigmoid(−y f)."""
+    return -y * torch.sigmoid(-y * f)
+
+
+def losses(params: Params, X: torch.Tensor, y: torch.Tensor, beta: float = 10.0) -> torch.Tensor:
+    """Per-sample losses ℓ(w, z_i)."""
+    return logistic(forward(params, X, beta), y)
+
+
+def per_sample_grads(params: Params, X: torch.Tensor, y: torch.Tensor,
+                     beta: float = 10.0) -> torch.Tensor:
+    """Reference per-sample loss gradients with torch.func (vmap over samples of grad):
+    an (N, #params) matrix, W flattened then a."""
+    from torch.func import grad, vmap
+
+    def one(p, x, t):
+        return logistic(forward(p, x[None], beta), t[None])[0]
+
+    g = vmap(grad(one), in_dims=(None, 0, 0))(params, X, y)
+    return torch.cat([g["W"].reshape(X.shape[0], -1), g["a"]], dim=1)
+
+
+def _features(params: Params, X: torch.Tensor, beta: float):
+    """Hidden pre-activations' softplus and its derivative: σ(Wx) and σ'(Wx) = sigmoid(βWx)."""
+    u = X @ params["W"].T
+    return torch.nn.functional.softplus(u, beta=beta), torch.sigmoid(beta * u)
+
+
+def tangent_gram(params: Params, Xa: torch.Tensor, Xb: torch.Tensor,
+                 beta: float = 10.0) -> torch.Tensor:
+    """Θ(x, x') = ⟨∇_w f(w, x), ∇_w f(w, x')⟩ in closed form:
+    (1/m) [σ(Wx)·σ(Wx') + (a² ⊙ σ'(Wx))·σ'(Wx') · xᵀx']."""
+    m = params["a"].shape[0]
+    ha, da = _features(params, Xa, beta)
+    hb, db = _features(params, Xb, beta)
+    a2 = params["a"] ** 2
+    return (ha @ hb.T + ((da * a2) @ db.T) * (Xa @ Xb.T)) / m
+
+
+def tangent_sq_norms(params: Params, X: torch.Tensor, beta: float = 10.0) -> torch.Tensor:
+    """‖∇_w f(w, x_i)‖² for every row (the diagonal of :func:`tangent_gram`), O(N·m)."""
+    m = params["a"].shape[0]
+    h, d = _features(params, X, beta)
+    return ((h ** 2).sum(1) + (d ** 2 * params["a"] ** 2).sum(1) * (X ** 2).sum(1)) / m
+
+
+def loss_grad_gram(params: Params, Xa, ya, Xb, yb, beta: float = 10.0) -> torch.Tensor:
+    """⟨∇ℓ(w, z_a), ∇ℓ(w, z_b)⟩ = ℓ'_a ℓ'_b Θ(x_a, x_b): the integrand of the loss path kernel."""
+    sa = logistic_slope(forward(params, Xa, beta), ya)
+    sb = logistic_slope(forward(params, Xb, beta), yb)
+    return sa[:, None] * tangent_gram(params, Xa, Xb, beta) * sb[None, :]
+
+
+def full_gradient(params: Params, X: torch.Tensor, y: torch.Tensor, beta: float = 10.0):
+    """∇L_S(w) in closed form, and the per-sample slopes ℓ'_i (reused by the accumulators)."""
+    m = params["a"].shape[0]
+    h, d = _features(params, X, beta)
+    s = logistic_slope(h @ params["a"] / math.sqrt(m), y) / X.shape[0]
+    ga = h.T @ s / math.sqrt(m)
+    gW = ((d * params["a"]) * s[:, None]).T @ X / math.sqrt(m)
+    return {"W": gW, "a": ga}, s * X.shape[0]
+
+
+# ----------------------------------------------------------------------------------------------
+# Gradient flow with the kernel accumulated along the path
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Trajectory:
+    """What one gradient-flow run recorded."""
+
+    T: float
+    step: float
+    method: str
+    params0: Params
+    params: Params                                    # w_T
+    times: np.ndarray                                 # recording times
+    train_loss: np.ndarray                            # L_S(w_t) at those times
+    test_loss: np.ndarray                             # L_test(w_t) at those times
+    trace_K: np.ndarray                               # Tr K_t at those times
+    sum_K: np.ndarray                                 # 1ᵀK_t1 at those times
+    K: torch.Tensor | None = None                     # (n, n) train × train LPK at T
+    K_test: torch.Tensor | None = None                # (n_test, n) test × train LPK at T
+    extras: dict = field(default_factory=dict)
+
+
+def _rates(p: Params, split: Split, beta: float, kernels: bool):
+    """Right-hand side of the augmented ODE at w: −∇L_S, and the integrands of Tr K, 1ᵀK1,
+    and (when ``kernels``) of K and K_test."""
+    g, s = full_gradient(p, split.X, split.y, beta)
+    n = split.n
+    rate = {"W": -g["W"], "a": -g["a"]}
+    tr = float((s ** 2 * tangent_sq_norms(p, split.X, beta)).sum())
+    one = float(n ** 2 * ((g["W"] ** 2).sum() + (g["a"] ** 2).sum()))
+    K = Kt = None
+    if kernels:
+        K = loss_grad_gram(p, split.X, split.y, split.X, split.y, beta)
+        Kt = loss_grad_gram(p, split.X_test, split.y_test, split.X, split.y, beta)
+    return rate, tr, one, K, Kt
+
+
+def _axpy(p: Params, h: float, r: Params) -> Params:
+    return {k: p[k] + h * r[k] for k in p}
+
+
+def gradient_flow(split: Split, width: int, T: float, step: float, *, method: str = "rk4",
+                  beta: float = 10.0, seed: int = 0, kernels: bool = False,
+                  n_records: int = 50) -> Trajectory:
+    """Integrate gradient flow on L_S from N(0,1) initialisation up to time T.
+
+    ``method="euler"`` is full-batch gradient descent with learning rate ``step`` and the kernels
+    accumulated by the rectangle rule η Σ_k ⟨∇ℓ(w_k, z), ∇ℓ(w_k, z')⟩; ``method="rk4"`` integrates
+    the same augmented ODE with classical Runge–Kutta. ``kernels=True`` also accumulates the
+    (n × n) and (n_test × n) kernels (O(n²m) per evaluation instead of O(nm))."""
+    if method not in ("euler", "rk4"):
+        raise ValueError(f"method must be 'euler' or 'rk4', got {method!r}")
+    if not (T > 0 and step > 0):
+        raise ValueError("T and step must be positive")
+    n_steps = max(1, round(T / step))
+    h = T / n_steps
+    p0 = init_params(split.X.shape[1], width, seed)
+    p = dict(p0)
+    n, nt = split.n, split.X_test.shape[0]
+    K = torch.zeros(n, n, dtype=DTYPE) if kernels else None
+    Kt = torch.zeros(nt, n, dtype=DTYPE) if kernels else None
+    tr = one = 0.0
+    record_at = set(np.unique(np.linspace(0, n_steps, min(n_records, n_steps) + 1).round().astype(int)))
+    rec: dict[str, list] = {k: [] for k in ("t", "train", "test", "tr", "one")}
+
+    def record(k):
+        rec["t"].append(k * h)
+        rec["train"].append(float(losses(p, split.X, split.y, beta).mean()))
+        rec["test"].append(float(losses(p, split.X_test, split.y_test, beta).mean()))
+        rec["tr"].append(tr)
+        rec["one"].append(one)
+
+    weights = (1 / 6, 1 / 3, 1 / 3, 1 / 6)
+    for k in range(n_steps):
+        if k in record_at:
+            record(k)
+        if method == "euler":
+            r, dtr, done, dK, dKt = _rates(p, split, beta, kernels)
+            p = _axpy(p, h, r)
+            tr, one = tr + h * dtr, one + h * done
+            if kernels:
+                K += h * dK
+                Kt += h * dKt
+            continue
+        stages, q = [], p
+        for i, c in enumerate((0.0, 0.5, 0.5, 1.0)):
+            if i:
+                q = _axpy(p, c * h, stages[-1][0])
+            stages.append(_rates(q, split, beta, kernels))
+        p = {key: p[key] + h * sum(wt * st[0][key] for wt, st in zip(weights, stages)) for key in p}
+        tr += h * sum(wt * st[1] for wt, st in zip(weights, stages))
+        one += h * sum(wt * st[2] for wt, st in zip(weights, stages))
+        if kernels:
+            K += h * sum(wt * st[3] for wt, st in zip(weights, stages))
+            Kt += h * sum(wt * st[4] for wt, st in zip(weights, stages))
+    record(n_steps)
+    arr = lambda key: np.asarray(rec[key])  # noqa: E731
+    return Trajectory(T=T, step=h, method=method, params0=p0, params=p, times=arr("t"),
+                      train_loss=arr("train"), test_loss=arr("test"), trace_K=arr("tr"),
+                      sum_K=arr("one"), K=K, K_test=Kt)
+
+
+def brute_force_lpk(split: Split, width: int, T: float, step: float, beta: float = 10.0,
+                    seed: int = 0) -> torch.Tensor:
+    """The train × train LPK of gradient descent from torch.func per-sample gradients (the slow
+    reference for :func:`gradient_flow` with ``method="euler"``; small problems only)."""
+    p = init_params(split.X.shape[1], width, seed)
+    K = torch.zeros(split.n, split.n, dtype=DTYPE)
+    for _ in range(max(1, round(T / step))):
+        G = per_sample_grads(p, split.X, split.y, beta)
+        K += step * G @ G.T
+        gbar = G.mean(0)
+        m, d = p["W"].shape
+        p = {"W": p["W"] - step * gbar[: m * d].reshape(m, d), "a": p["a"] - step * gbar[m * d:]}
+    return K
+
+
+# ----------------------------------------------------------------------------------------------
+# The kernel-machine identity, the two computable identities, and the bounds
+# ----------------------------------------------------------------------------------------------
+
+
+def kernel_machine(traj: Trajectory, split: Split, beta: float = 10.0) -> dict[str, np.ndarray]:
+    """Both sides of ℓ(w_T, z) = ℓ(w_0, z) − (1/n) Σ_i K_T(z, z_i) on the test points."""
+    if traj.K_test is None:
+        raise ValueError("run gradient_flow(..., kernels=True) to get the test × train kernel")
+    l0 = losses(traj.params0, split.X_test, split.y_test, beta)
+    lT = losses(traj.params, split.X_test, split.y_test, beta)
+    machine = l0 - traj.K_test.mean(dim=1)
+    return {"network": lT.numpy(), "machine": machine.numpy(), "initial": l0.numpy()}
+
+
+def identity_error(km: dict[str, np.ndarray]) -> float:
+    """max_z |network − machine| divided by max_z |ℓ(w_0, z) − ℓ(w_T, z)| (the size of the change
+    the kernel machine has to account for)."""
+    err = np.abs(km["network"] - km["machine"]).max()
+    return float(err / np.abs(km["initial"] - km["network"]).max())
+
+
+def confidence_term(n: int, delta: float = 0.01, loss_range: float = 1.0) -> float:
+    """3 M √(log(2/δ) / (2n)): the concentration term of a Rademacher bound for a loss in [0, M]."""
+    return 3.0 * loss_range * math.sqrt(math.log(2.0 / delta) / (2.0 * n))
+
+
+def lpk_complexity(sum_K: float, trace_K: float, n: int) -> float:
+    """2 R̂: twice the Rademacher complexity of {ℓ(w_0,·) − h : ‖h‖_{H_K} ≤ √(1ᵀK1)/n},
+    i.e. (2/n²) √(1ᵀK1 · Tr K)."""
+    return 2.0 * math.sqrt(max(sum_K, 0.0) * trace_K) / n ** 2
+
+
+def static_complexity(traj: Trajectory, split: Split, beta: float = 10.0) -> float:
+    """The same RKHS-norm × trace shape with the tangent kernel frozen at initialisation (NTK):
+    2 ‖w_T − w_0‖ √(Tr Θ_0) / n (the logistic loss is 1-Lipschitz in f)."""
+    dw2 = sum(float(((traj.params[k] - traj.params0[k]) ** 2).sum()) for k in traj.params)
+    tr0 = float(tangent_sq_norms(traj.params0, split.X, beta).sum())
+    return 2.0 * math.sqrt(dw2 * tr0) / split.n
+
+
+@dataclass
+class BoundReport:
+    """One run's gap and bounds (every entry a float)."""
+
+    train_loss: float           # L_S(w_T), logistic loss capped at M
+    test_loss: float            # L_test(w_T), capped at M
+    gap: float                  # test − train, capped loss (what the bound covers)
+    gap_raw: float              # the same with the uncapped logistic loss
+    loss_drop: float            # L_S(w_0) − L_S(w_T) (uncapped: the loss gradient flow descends)
+    sum_K_over_n2: float        # 1ᵀK1 / n²
+    trace_K: float
+    lpk_term: float
+    static_term: float
+    confidence: float
+    loss_cap: float             # M
+
+    @property
+    def lpk_bound(self) -> float:
+        return self.lpk_term + self.confidence
+
+    @property
+    def static_bound(self) -> float:
+        return self.static_term + self.confidence
+
+    def as_dict(self) -> dict:
+        from dataclasses import asdict
+
+        return {**asdict(self), "lpk_bound": self.lpk_bound, "static_bound": self.static_bound}
+
+
+def bound_report(traj: Trajectory, split: Split, loss_cap: float = 3.0, delta: float = 0.01,
+                 beta: float = 10.0) -> BoundReport:
+    """The gap L_test(w_T) − L_S(w_T) beside the reconstructed LPK bound and the static bound.
+
+    The theorem needs a loss in [0, M]; the logistic loss is unbounded, so the gap is measured in
+    the capped loss min(ℓ, M). Capping is 1-Lipschitz, so by the contraction lemma the same
+    complexity terms bound the capped class; the confidence term is 3M√(log(2/δ)/(2n))."""
+    if loss_cap <= 0:
+        raise ValueError(f"loss_cap must be positive, got {loss_cap}")
+    lS = losses(traj.params, split.X, split.y, beta)
+    lT = losses(traj.params, split.X_test, split.y_test, beta)
+    cS, cT = lS.clamp(max=loss_cap), lT.clamp(max=loss_cap)
+    n = split.n
+    return BoundReport(
+        train_loss=float(cS.mean()), test_loss=float(cT.mean()), gap=float(cT.mean() - cS.mean()),
+        gap_raw=float(lT.mean() - lS.mean()),
+        loss_drop=float(traj.train_loss[0] - traj.train_loss[-1]),
+        sum_K_over_n2=float(traj.sum_K[-1]) / n ** 2, trace_K=float(traj.trace_K[-1]),
+        lpk_term=lpk_complexity(float(traj.sum_K[-1]), float(traj.trace_K[-1]), n),
+        static_term=static_complexity(traj, split, beta),
+        confidence=confidence_term(n, delta, loss_cap), loss_cap=loss_cap)
+
+
+def lpk_bound_over_time(traj: Trajectory, split: Split) -> np.ndarray:
+    """The LPK complexity term (2/n²)√(1ᵀK_t1 · Tr K_t) at every recorded time t (the confidence
+    term, constant in t, is added separately)."""
+    return np.array([lpk_complexity(s, t, split.n) for s, t in zip(traj.sum_K, traj.trace_K)])
+
+
+def kendall_tau(a, b) -> float:
+    """Kendall's τ_b between two sequences."""
+    return float(stats.kendalltau(a, b).statistic)
+
+
+def spearman_rho(a, b) -> float:
+    return float(stats.spearmanr(a, b).statistic)
+
+
+def run(dataset: str, n: int, width: int, noise: float, seed: int, T: float, step: float,
+        method: str = "rk4", loss_cap: float = 3.0, delta: float = 0.01) -> dict:
+    """One sweep point: data, gradient flow, and its :class:`BoundReport` as a dict (for
+    :func:`lib.sweep.sweep`)."""
+    if dataset == "digits":
+        split = digits_1v7(n, noise=noise, seed=seed)
+    elif dataset == "gaussian":
+        split = gaussian_mixture(n, noise=noise, seed=seed)
+    else:
+        raise ValueError(f"dataset must be 'digits' or 'gaussian', got {dataset!r}")
+    traj = gradient_flow(split, width, T, step, method=method, seed=seed)
+    return bound_report(traj, split, loss_cap=loss_cap, delta=delta).as_dict()

@@ -1,0 +1,118 @@
+"""Tests of lib/lpk.py: closed forms against torch.func / autograd, the kernel-machine identity and
+the two LPK identities on small problems, the bound's arithmetic, the data."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from lib import lpk as L
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return L.gaussian_mixture(12, d=5, noise=0.2, n_test=7, seed=3)
+
+
+def test_tangent_and_loss_gram_match_torch_func(tiny):
+    p = L.init_params(5, 9, seed=1)
+    G = L.per_sample_grads(p, tiny.X, tiny.y)
+    ref = G @ G.T
+    fast = L.loss_grad_gram(p, tiny.X, tiny.y, tiny.X, tiny.y)
+    torch.testing.assert_close(fast, ref, rtol=1e-10, atol=1e-12)
+    slopes = L.logistic_slope(L.forward(p, tiny.X), tiny.y)
+    torch.testing.assert_close(L.tangent_sq_norms(p, tiny.X) * slopes ** 2, torch.diagonal(ref),
+                               rtol=1e-10, atol=1e-12)
+
+
+def test_full_gradient_matches_autograd(tiny):
+    p = {k: v.clone().requires_grad_(True) for k, v in L.init_params(5, 9, seed=2).items()}
+    L.losses(p, tiny.X, tiny.y).mean().backward()
+    g, _ = L.full_gradient({k: v.detach() for k, v in p.items()}, tiny.X, tiny.y)
+    for k in p:
+        torch.testing.assert_close(g[k], p[k].grad, rtol=1e-10, atol=1e-12)
+
+
+def test_euler_kernel_is_gradient_descent_lpk(tiny):
+    """The accumulated kernel of method='euler' is η Σ_k G_k G_kᵀ of gradient descent, computed
+    independently from torch.func per-sample gradients."""
+    traj = L.gradient_flow(tiny, 9, T=2.0, step=0.1, method="euler", seed=4, kernels=True)
+    ref = L.brute_force_lpk(tiny, 9, T=2.0, step=0.1, seed=4)
+    torch.testing.assert_close(traj.K, ref, rtol=1e-9, atol=1e-12)
+    assert traj.sum_K[-1] == pytest.approx(float(traj.K.sum()), rel=1e-10)
+    assert traj.trace_K[-1] == pytest.approx(float(torch.trace(traj.K)), rel=1e-10)
+
+
+def test_two_identities_under_rk4(tiny):
+    traj = L.gradient_flow(tiny, 16, T=20.0, step=0.25, method="rk4", seed=5, kernels=True)
+    n = tiny.n
+    drop = traj.train_loss[0] - traj.train_loss[-1]
+    assert drop > 0.05
+    assert float(traj.K.sum()) / n ** 2 == pytest.approx(drop, rel=1e-6)
+    # the kernel is symmetric positive semi-definite
+    torch.testing.assert_close(traj.K, traj.K.T)
+    assert float(torch.linalg.eigvalsh(traj.K).min()) > -1e-10
+
+
+def test_kernel_machine_identity_converges_with_step(tiny):
+    errs = []
+    for step in (0.2, 0.1, 0.05):
+        traj = L.gradient_flow(tiny, 16, T=4.0, step=step, method="euler", seed=6, kernels=True)
+        errs.append(L.identity_error(L.kernel_machine(traj, tiny)))
+    assert errs[0] > errs[1] > errs[2]
+    order = np.polyfit(np.log([0.2, 0.1, 0.05]), np.log(errs), 1)[0]
+    assert 0.8 < order < 1.2            # gradient descent is first order in η
+    rk = L.gradient_flow(tiny, 16, T=4.0, step=0.2, method="rk4", seed=6, kernels=True)
+    assert L.identity_error(L.kernel_machine(rk, tiny)) < errs[-1] / 100
+
+
+def test_bound_arithmetic():
+    assert L.lpk_complexity(4.0, 9.0, 2) == pytest.approx(2 * 6 / 4)
+    assert L.confidence_term(50, 0.01, 2.0) == pytest.approx(6 * math.sqrt(math.log(200) / 100))
+    # The RKHS Rademacher bound behind it, by Monte Carlo on a random PSD kernel: for
+    # ‖h‖_H ≤ B, sup (1/n)Σσ_i h(z_i) = (B/n)√(σᵀKσ), whose mean is ≤ (B/n)√Tr K (Jensen).
+    # With B = √(1ᵀK1)/n (the norm of h = (1/n)Σ_i K(·, z_i)) that is lpk_complexity / 2.
+    rng = np.random.default_rng(0)
+    n = 30
+    A = rng.standard_normal((n, 5))
+    K = A @ A.T + 0.1 * np.eye(n)
+    sig = rng.choice([-1, 1], size=(20000, n))
+    B = math.sqrt(K.sum()) / n
+    rad = B / n * np.mean(np.sqrt(np.einsum("si,ij,sj->s", sig, K, sig)))
+    half = L.lpk_complexity(K.sum(), np.trace(K), n) / 2
+    assert 0.7 * half < rad <= half
+
+def test_bound_report_caps_loss(tiny):
+    traj = L.gradient_flow(tiny, 16, T=30.0, step=0.5, seed=7)
+    rep = L.bound_report(traj, tiny, loss_cap=0.3)
+    assert rep.train_loss <= 0.3 and rep.test_loss <= 0.3
+    assert rep.confidence == pytest.approx(L.confidence_term(tiny.n, 0.01, 0.3))
+    assert rep.lpk_bound == pytest.approx(rep.lpk_term + rep.confidence)
+    big = L.bound_report(traj, tiny, loss_cap=1e6)
+    assert big.gap == pytest.approx(big.gap_raw)
+    with pytest.raises(ValueError):
+        L.bound_report(traj, tiny, loss_cap=0.0)
+
+
+def test_data():
+    a = L.digits_1v7(100, noise=0.0, seed=1)
+    b = L.digits_1v7(100, noise=0.0, seed=1)
+    torch.testing.assert_close(a.X, b.X)
+    assert a.X.shape == (100, 64) and a.X_test.shape[0] + 100 == 361
+    torch.testing.assert_close(a.X.norm(dim=1), torch.ones(100, dtype=L.DTYPE))
+    assert set(a.y.tolist()) == {-1.0, 1.0} and a.flipped == 0
+    noisy = L.gaussian_mixture(4000, noise=0.5, n_test=10, seed=0)
+    assert abs(noisy.flipped / 4000 - 0.5) < 0.03
+    with pytest.raises(ValueError):
+        L.digits_1v7(400)
+    with pytest.raises(ValueError):
+        L.gaussian_mixture(10, noise=1.5)
+    with pytest.raises(ValueError):
+        L.run("mnist", 10, 4, 0.0, 0, 1.0, 0.5)
+
+
+def test_rank_correlations():
+    assert L.kendall_tau([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert L.kendall_tau([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+    assert L.spearman_rho([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(0.8)
