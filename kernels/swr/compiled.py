@@ -2,9 +2,14 @@
 
 On a CPU the cheapest exact form of the SWR operator is not the blocked two-pass algorithm
 (O(L·ℓ·D) work, built for tensor cores) but the streaming two-state loop of the decoder
-(O(L·D) work, one read of the input and one write of the output), parallel across heads and
-vectorised across a head's channels. Per head, ``h`` is the block-local state, ``c_prev`` the
-previous block's end state and ``r`` the product of ``a`` since the block start::
+(O(L·D) work, one read of the input and one write of the output), vectorised across a head's
+channels. The loop over heads is serial on purpose: on the 2-core machines the book targets the
+kernel already runs at about the machine's copy bandwidth on one core, and numba's thread pool
+spinning beside PyTorch's OpenMP pool made whole calls ~3× slower in our measurements
+(``nogil=True`` lets callers run heads in threads if they want).
+
+Per head, ``h`` is the block-local state, ``c_prev`` the previous block's end state and ``r``
+the product of ``a`` since the block start::
 
     h ← a_i·h + u_i;  r ← a_i·r;  y_i = h + r·c_prev;  at a block end: c_prev ← h, h ← 0, r ← 1
 
@@ -27,80 +32,97 @@ import numpy as np
 import torch
 
 
-@numba.njit(parallel=True, cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True)
 def _forward_kernel(a, u, block, y, carry):  # pragma: no cover - compiled
+    """Writes ``y`` and the block end states ``carry``; returns how many ``a`` lie outside (0, 1]."""
     n_heads, length, dim = u.shape
-    for n in numba.prange(n_heads):
+    one = np.ones(1, dtype=u.dtype)[0]
+    outside = 0
+    for n in range(n_heads):
         h = np.zeros(dim, dtype=u.dtype)
         c_prev = np.zeros(dim, dtype=u.dtype)
-        r = a[n, 0] * 0 + 1
+        r = one
         k = 0
         t = 0
         for i in range(length):
             ai = a[n, i]
+            if not (ai > 0 and ai <= 1):
+                outside += 1
             r = r * ai
+            ui = u[n, i]
+            yi = y[n, i]
             for d in range(dim):
-                hd = ai * h[d] + u[n, i, d]
+                hd = ai * h[d] + ui[d]
                 h[d] = hd
-                y[n, i, d] = hd + r * c_prev[d]
+                yi[d] = hd + r * c_prev[d]
             k += 1
             if k == block:
-                for d in range(dim):
-                    carry[n, t, d] = h[d]
-                    c_prev[d] = h[d]
-                    h[d] = 0
-                r = r * 0 + 1
+                carry[n, t] = h
+                c_prev[:] = h
+                h[:] = 0
+                r = one
                 k = 0
                 t += 1
+    return outside
 
 
-@numba.njit(parallel=True, cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True)
 def _backward_kernel(a, u, carry, dy, block, du, da):  # pragma: no cover - compiled
     n_heads, length, dim = u.shape
     n_blocks = (length + block - 1) // block
-    for n in numba.prange(n_heads):
-        hbuf = np.empty((block, dim), dtype=u.dtype)
-        gbuf = np.empty(block, dtype=u.dtype)
-        lam = np.empty(dim, dtype=u.dtype)
-        dc = np.zeros(dim, dtype=u.dtype)       # adjoint of this block's carrier
-        dc_prev = np.zeros(dim, dtype=u.dtype)  # adjoint of the previous block's carrier
+    one = np.ones(1, dtype=u.dtype)[0]
+    zero = one - one
+    hbuf = np.empty((block + 1, dim), dtype=u.dtype)  # hbuf[k+1] = local state at offset k
+    gbuf = np.empty(block + 1, dtype=u.dtype)          # gbuf[k+1] = prefix product to offset k
+    lam = np.empty(dim, dtype=u.dtype)
+    dc = np.empty(dim, dtype=u.dtype)       # adjoint of this block's carrier
+    dc_prev = np.empty(dim, dtype=u.dtype)  # adjoint of the previous block's carrier
+    c_prev = np.empty(dim, dtype=u.dtype)
+    for n in range(n_heads):
+        dc[:] = 0
         for t in range(n_blocks - 1, -1, -1):
             s = t * block
             e = min(s + block, length)
-            # recompute the block's local states and prefix products
-            g = a[n, s] * 0 + 1
+            # recompute the block's local states and prefix products from a zero start
+            hbuf[0] = 0
+            gbuf[0] = one
             for i in range(s, e):
+                k = i - s
                 ai = a[n, i]
-                g = g * ai
-                gbuf[i - s] = g
+                gbuf[k + 1] = gbuf[k] * ai
+                ui = u[n, i]
+                hk = hbuf[k]
+                hk1 = hbuf[k + 1]
                 for d in range(dim):
-                    prev = hbuf[i - s - 1, d] if i > s else 0
-                    hbuf[i - s, d] = ai * prev + u[n, i, d]
-            for d in range(dim):
-                lam[d] = dc[d]
-                dc_prev[d] = 0
-            S = a[n, s] * 0
-            a_next = a[n, s] * 0
+                    hk1[d] = ai * hk[d] + ui[d]
+            if t > 0:
+                c_prev[:] = carry[n, t - 1]
+            else:
+                c_prev[:] = 0
+            # right to left: λ, the suffix sum S, and the adjoint of the previous carrier
+            lam[:] = dc
+            dc_prev[:] = 0
+            S = zero
+            a_next = one  # λ_end = dy_end + dc_t: the carrier enters with weight one
             for i in range(e - 1, s - 1, -1):
                 k = i - s
-                dg = a[n, s] * 0
-                acc = a[n, s] * 0
-                gi = gbuf[k]
+                dyi = dy[n, i]
+                dui = du[n, i]
+                hprev = hbuf[k]
+                gi = gbuf[k + 1]
+                dg = zero
+                acc = zero
                 for d in range(dim):
-                    dyd = dy[n, i, d]
-                    lam[d] = dyd + a_next * lam[d] if i < e - 1 else dyd + lam[d]
-                    du[n, i, d] = lam[d]
-                    if t > 0:
-                        dg += dyd * carry[n, t - 1, d]
-                        dc_prev[d] += gi * dyd
-                    if k > 0:
-                        acc += lam[d] * hbuf[k - 1, d]
+                    ld = dyi[d] + a_next * lam[d]
+                    lam[d] = ld
+                    dui[d] = ld
+                    dg += dyi[d] * c_prev[d]
+                    dc_prev[d] += gi * dyi[d]
+                    acc += ld * hprev[d]
                 S = dg + a_next * S
-                g_prev = gbuf[k - 1] if k > 0 else g * 0 + 1
-                da[n, i] = acc + g_prev * S
+                da[n, i] = acc + gbuf[k] * S
                 a_next = a[n, i]
-            for d in range(dim):
-                dc[d] = dc_prev[d]
+            dc[:] = dc_prev
 
 
 def _flat(a: torch.Tensor, u: torch.Tensor):
@@ -118,7 +140,8 @@ class SWRCompiled(torch.autograd.Function):
         y = np.empty_like(u_np)
         n_blocks = -(-L // block)
         carry = np.zeros((B * H, n_blocks, D), dtype=u_np.dtype)
-        _forward_kernel(a_np, u_np, block, y, carry)
+        if _forward_kernel(a_np, u_np, block, y, carry):
+            raise ValueError("the coefficients a must lie in (0, 1]")
         ctx.save_for_backward(a, u, torch.from_numpy(carry))
         ctx.block = block
         return torch.from_numpy(y).reshape(B, H, L, D)
