@@ -61,9 +61,9 @@ class Parameter:
             else:
                 ok = isinstance(value, want)
                 if want is list and ok and self.default:
-                    elem = Parameter(self.name + "[]", self.default[0])
+                    elem = Parameter(self.name, self.default[0])
                     value = [elem.coerce(v) for v in value]
-        except (ValueError, yaml.YAMLError):
+        except (ValueError, UsageError, yaml.YAMLError):
             ok = False
         if not ok:
             raise UsageError(f"parameter '{self.name}' expects {self.type_name} "

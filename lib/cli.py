@@ -69,7 +69,7 @@ def _report(r: RunResult) -> None:
     claims = r.results.get("claims", [])
     held = sum(c.get("holds") is True for c in claims)
     tag = {"cached": "cached", "ran": "ran", "failed": "FAILED"}[r.status]
-    line = f"{r.chapter.slug} [{r.profile}] {tag} in {r.runtime_s:.1f}s"
+    line = f"{r.chapter.slug} [{r.profile}] {tag} ({r.runtime_s:.1f}s)"
     if r.status != "failed":
         line += f": {held}/{len(claims)} claims hold → {r.out_dir}"
     print(line, flush=True)

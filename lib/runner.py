@@ -252,14 +252,20 @@ def run_many(book: Book, chapters: list[Chapter], profile: str, overrides: dict,
             report(r)
             results.append(r)
         return results
-    from concurrent.futures import ThreadPoolExecutor
+    # Separate processes: papermill changes the working directory of the process it runs in.
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    def one(i_ch):
-        i, ch = i_ch
-        r = run_chapter(book, ch, profile, overrides, out, force,
-                        progress={"desc": ch.slug, "position": i % jobs, "leave": False})
-        report(r)
-        return r
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [pool.submit(_run_in_worker, str(book.root), ch.slug, profile, overrides, out, force,
+                               {"desc": ch.slug, "position": i % jobs, "leave": False})
+                   for i, ch in enumerate(chapters)]
+        for fut in as_completed(futures):
+            report(fut.result())
+        return [f.result() for f in futures]
 
-    with ThreadPoolExecutor(jobs) as pool:
-        return list(pool.map(one, enumerate(chapters)))
+
+def _run_in_worker(root: str, slug: str, profile: str, overrides: dict, out, force: bool,
+                   progress) -> RunResult:
+    book = Book(Path(root))
+    return run_chapter(book, book.chapter(slug), profile, overrides, out, force, progress)

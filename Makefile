@@ -1,0 +1,54 @@
+# Thin targets over the `companion` CLI. `make book` and `make test` work on a fresh machine:
+# they create .venv and install the pinned environment (and Debian's chromium for the browser
+# test) themselves.
+PYTHON  ?= python3.11
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+PROFILE ?= default
+JOBS    ?= 1
+CH      ?=
+
+.PHONY: venv book test test-fast chapter bench lint strip clean chromium
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (set PYTHON=/path/to/python3.11)"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
+	$(BIN)/python -m pip install --quiet -c constraints.txt --config-settings editable_mode=compat -e ".[test,gpu]"
+	touch $(STAMP)
+
+book: venv
+	$(BIN)/companion build --profile $(PROFILE) --jobs $(JOBS)
+
+chapter: venv
+	@test -n "$(CH)" || { echo "usage: make chapter CH=03 [PROFILE=quick]"; exit 64; }
+	$(BIN)/companion run $(CH) --profile $(PROFILE)
+
+bench: venv
+	$(BIN)/companion bench swr
+
+test: venv chromium
+	$(BIN)/python -m pytest
+
+test-fast: venv
+	$(BIN)/python -m pytest -m "not slow and not browser"
+
+lint: venv
+	$(BIN)/ruff check lib kernels tests
+
+strip: venv
+	$(BIN)/companion strip
+
+# The browser test drives Debian's chromium (no browser download).
+chromium:
+	@command -v chromium >/dev/null || { \
+	  echo "installing Debian's chromium for the browser test"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
+
+clean:
+	rm -rf _build .pytest_cache .ruff_cache
+	find . -name __pycache__ -type d -prune -not -path "./$(VENV)/*" -exec rm -rf {} +

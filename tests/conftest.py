@@ -1,0 +1,43 @@
+"""Shared fixtures: a throw-away project for CLI tests, and the built default book."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+BIN = Path(sys.executable).parent
+
+
+def companion(*args: str, root: Path = ROOT, timeout: float = 3600, env: dict | None = None,
+              **kw) -> subprocess.CompletedProcess:
+    """Run the `companion` CLI as a user would, against the project at ``root``."""
+    full_env = {**os.environ, "COMPANION_ROOT": str(root), **(env or {})}
+    if root != ROOT:  # the temporary project's lib/ shadows the installed one
+        full_env["PYTHONPATH"] = os.pathsep.join([str(root), full_env.get("PYTHONPATH", "")])
+    return subprocess.run([str(BIN / "companion"), *args], cwd=root, env=full_env, text=True,
+                          capture_output=True, timeout=timeout, **kw)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A minimal project: a copy of lib/ plus one fixture chapter and its profiles."""
+    root = tmp_path / "project"
+    shutil.copytree(ROOT / "lib", root / "lib", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copyfile(FIXTURES / "fixture_paper.py", root / "lib" / "fixture_paper.py")
+    (root / "lib" / "unrelated_paper.py").write_text("X = 1\n")
+    (root / "book" / "chapters").mkdir(parents=True)
+    (root / "book" / "params").mkdir()
+    shutil.copyfile(FIXTURES / "99-fixture.ipynb", root / "book" / "chapters" / "99-fixture.ipynb")
+    (root / "book" / "params" / "quick.yaml").write_text("99-fixture: {n: 4}\n")
+    (root / "book" / "params" / "default.yaml").write_text("99-fixture: {}\n")
+    (root / "book" / "params" / "paper.yaml").write_text("99-fixture: {n: 64}\n")
+    for name in ("pyproject.toml", "constraints.txt"):
+        shutil.copyfile(ROOT / name, root / name)
+    return root

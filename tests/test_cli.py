@@ -1,0 +1,163 @@
+"""The `companion` CLI contract (DESIGN.md): parameter validation, exit codes, cache, atomicity."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from conftest import BIN, ROOT, companion
+
+from lib.chapters import Book, Parameter, UsageError
+
+RUN_DIR = Path("_build/runs")
+
+
+def results(root: Path, profile: str = "default") -> dict:
+    return json.loads((root / RUN_DIR / profile / "99-fixture" / "results.json").read_text())
+
+
+# -- parameter parsing (no kernel) ----------------------------------------------------------
+@pytest.mark.parametrize("default, text, expected", [
+    (0, "3", 3), (0.5, "2", 2.0), (0.5, "1e-3", 1e-3), (True, "false", False), ("a", "b c", "b c"),
+    ([1, 2], "[3, 4, 5]", [3, 4, 5]), ([0.5], "[1, 2.5]", [1.0, 2.5]),
+])
+def test_parameter_coercion(default, text, expected):
+    value = Parameter("x", default).coerce(text)
+    assert value == expected and type(value) is type(expected)
+
+
+@pytest.mark.parametrize("default, text", [(0, "1.5"), (0, "true"), (True, "maybe"), (0.5, "abc"),
+                                           ([1], "[1, 'a']"), ([1], "3")])
+def test_parameter_rejects_wrong_type(default, text):
+    with pytest.raises(UsageError, match=r"parameter 'x' expects"):
+        Parameter("x", default).coerce(text)
+
+
+def test_every_chapter_profile_validates():
+    """The committed profiles only name existing parameters, with values of the right type."""
+    book = Book(ROOT)
+    for profile in ("quick", "default", "paper"):
+        for ch in book.chapters():
+            ch.resolve(book.profile(profile, ch), {})
+
+
+# -- the CLI against a throw-away project ---------------------------------------------------
+def test_list_shows_parameters_and_types(project):
+    out = companion("list", root=project)
+    assert out.returncode == 0, out.stderr
+    assert "99-fixture" in out.stdout and "Fixture chapter" in out.stdout
+    assert "scale" in out.stdout and "float" in out.stdout and "1.5" in out.stdout
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["run", "99", "-p", "nope", "1"], "no parameter 'nope'"),
+    (["run", "99", "-p", "n", "many"], "parameter 'n' expects int"),
+    (["run", "99", "-p", "scale", "big"], "parameter 'scale' expects float"),
+    (["run", "99", "-p", "out_dir", "x"], "--out"),
+    (["run", "42"], "no chapter '42'"),
+    (["run", "99", "--profile", "huge"], "invalid choice"),
+    (["frobnicate"], "invalid choice"),
+])
+def test_bad_usage_is_one_line_exit_64_and_starts_nothing(project, args, needle):
+    t0 = time.perf_counter()
+    out = companion(*args, root=project)
+    assert out.returncode == 64
+    assert needle in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
+    assert not (project / "_build").exists()  # no kernel started, nothing written
+    assert time.perf_counter() - t0 < 20
+
+
+def test_run_writes_results_and_cache_follows_imported_sources(project):
+    first = companion("run", "99", "--profile", "quick", root=project)
+    assert first.returncode == 0, first.stderr
+    doc = results(project, "quick")
+    assert doc["chapter"] == "99-fixture" and doc["profile"] == "quick"
+    assert doc["parameters"]["n"] == 4 and "out_dir" not in doc["parameters"]
+    assert doc["claims"][0]["holds"] is True
+    prov = doc["provenance"]
+    assert {"git", "cache_key", "python", "torch", "started", "runtime_s", "threads"} <= set(prov)
+    assert "lib/fixture_paper.py" in prov["deps"] and "lib/claims.py" in prov["deps"]
+    assert "lib/unrelated_paper.py" not in prov["deps"]
+    assert (project / RUN_DIR / "quick" / "99-fixture" / "99-fixture.ipynb").exists()
+
+    again = companion("run", "99", "--profile", "quick", root=project)
+    assert again.returncode == 0 and "cached" in again.stdout
+
+    # A module the chapter does not import: still cached.
+    (project / "lib" / "unrelated_paper.py").write_text("X = 2\n")
+    assert "cached" in companion("run", "99", "--profile", "quick", root=project).stdout
+
+    # The chapter's own paper module changes: re-run.
+    with (project / "lib" / "fixture_paper.py").open("a") as f:
+        f.write("\n# an edit\n")
+    edited = companion("run", "99", "--profile", "quick", root=project)
+    assert edited.returncode == 0 and "] ran (" in edited.stdout
+    assert results(project, "quick")["provenance"]["cache_key"] != prov["cache_key"]
+
+    # Another parameter value: re-run; same seed and parameters: the same numbers.
+    other = companion("run", "99", "--profile", "quick", "-p", "n", "5", root=project)
+    assert "] ran (" in other.stdout
+    assert results(project, "quick")["parameters"]["n"] == 5
+    back = companion("run", "99", "--profile", "quick", "--force", root=project)
+    assert "] ran (" in back.stdout
+    assert results(project, "quick")["metrics"] == doc["metrics"]
+
+
+def test_failing_claim_exits_2_and_names_it(project):
+    out = companion("run", "99", "-p", "claim_ok", "false", root=project)
+    assert out.returncode == 2
+    assert "'mean' does not hold" in out.stderr
+    assert results(project)["claims"][0]["holds"] is False
+
+
+def test_failing_notebook_exits_1_and_leaves_previous_result_intact(project):
+    assert companion("run", "99", root=project).returncode == 0
+    before = (project / RUN_DIR / "default" / "99-fixture" / "results.json").read_text()
+    out = companion("run", "99", "-p", "fail", "true", root=project)
+    assert out.returncode == 1
+    assert "the fixture was asked to fail" in out.stderr
+    assert (project / RUN_DIR / "default" / "99-fixture" / "results.json").read_text() == before
+    assert not list((project / RUN_DIR / "default").glob(".tmp-*"))
+
+
+def test_failing_first_run_leaves_nothing(project):
+    out = companion("run", "99", "-p", "fail", "true", root=project)
+    assert out.returncode == 1
+    assert not (project / RUN_DIR / "default" / "99-fixture").exists()
+
+
+def test_killed_run_leaves_no_result_and_next_run_redoes_it(project):
+    env = {"COMPANION_ROOT": str(project), "PYTHONPATH": str(project)}
+    import os
+
+    proc = subprocess.Popen([str(BIN / "companion"), "run", "99", "-p", "sleep_s", "60"],
+                            cwd=project, env={**os.environ, **env}, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    tmp_glob = lambda: list((project / RUN_DIR / "default").glob(".tmp-99-fixture-*"))  # noqa: E731
+    deadline = time.time() + 60
+    while time.time() < deadline and not tmp_glob():
+        time.sleep(0.2)
+    assert tmp_glob(), "the run never started"
+    time.sleep(3)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (project / RUN_DIR / "default" / "99-fixture").exists()
+    out = companion("run", "99", root=project)
+    assert out.returncode == 0 and "] ran (" in out.stdout
+    assert not tmp_glob()
+
+
+def test_out_dir_and_status(project, tmp_path):
+    out = companion("run", "99", "--profile", "quick", "--out", str(tmp_path / "elsewhere"), root=project)
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "elsewhere" / "results.json").exists()
+    status = companion("status", "--profile", "quick", root=project)
+    assert status.returncode == 0 and "99-fixture" in status.stdout and "not run" in status.stdout
+    companion("run", "99", "--profile", "quick", root=project)
+    status = companion("status", "--profile", "quick", root=project)
+    assert "cached" in status.stdout and "1/1 claims hold" in status.stdout
