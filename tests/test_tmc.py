@@ -1,0 +1,232 @@
+"""Tests of lib.tmc (chapter 05): the tree against the notes' check values, exact pass@K and
+selection distributions against brute force, gradients against finite differences, and the
+stochastic trainers against their expected updates."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from lib import tmc as M
+
+
+@pytest.fixture(scope="module")
+def tree():
+    t = M.paper_tmc()
+    task = t.task("TASK1")
+    paths = M.paths_from(t, task.start)
+    return t, task, paths, M.path_probs(t.probs, paths), M.rex(t, task, paths)
+
+
+def log_setting(t, task):
+    """A setting whose reference policy is the true TMC itself (logits = log-probabilities)."""
+    return M.Setting.of(t, task, [np.log(p) for p in t.probs])
+
+
+def test_paper_tree_matches_the_notes(tree):
+    t, task, paths, pi, _ = tree
+    named = {"".join(map(str, p)): q for p, q in zip(paths, pi)}
+    assert named["0000"] == pytest.approx(0.4132, abs=1e-4)
+    assert named["0010"] == pytest.approx(0.0751, abs=1e-4)
+    assert named["0100"] == pytest.approx(0.0041, abs=1e-4)
+    assert named["0110"] == pytest.approx(0.0751, abs=1e-4)
+    assert np.allclose(t.probs[2][0], [0.5, 0.5])  # the forced shared node
+    classes = dict(zip(named, M.classify(t, task, paths)))
+    assert classes["0000"] == M.EASY
+    assert [classes[k] for k in ("0010", "0100", "0110")] == [M.HARD] * 3
+    assert sum(c == M.INVALID for c in classes.values()) == 4
+    p2 = M.paths_from(t, 1)
+    easy2 = p2[M.classify(t, t.task("TASK2"), p2) == M.EASY]
+    assert easy2.tolist() == [[1, 0, 0, 1]]
+
+
+def test_exact_pass_at_k_check_values(tree):
+    _, _, paths, pi, r = tree
+    assert np.round(M.pass_at_k(pi, r, [1, 3, 10, 30]), 3).tolist() == [0.321, 0.609, 0.763, 0.789]
+    collapsed = (paths == [0, 0, 0, 0]).all(1).astype(float)
+    assert np.allclose(M.pass_at_k(collapsed, r, [1, 7, 64]), 0.728, atol=5e-4)
+    # pass@1 is the expected population reward Σ π·Rex
+    assert M.pass_at_k(pi, r, [1])[0] == pytest.approx(pi @ r)
+
+
+def test_pass_at_k_against_brute_force():
+    """Enumerate every correct set and every K-tuple of chains (a 4-path toy)."""
+    pi = np.array([0.5, 0.3, 0.15, 0.05])
+    r = np.array([0.6, 0.0, 0.3, 0.1])
+    k = 3
+    total = 0.0
+    for bits in itertools.product([0, 1], repeat=4):
+        p_set = np.prod([ri if b else 1 - ri for ri, b in zip(r, bits)])
+        for draw in itertools.product(range(4), repeat=k):
+            total += p_set * np.prod(pi[list(draw)]) * any(bits[d] for d in draw)
+    assert M.pass_at_k(pi, r, [k])[0] == pytest.approx(total, rel=1e-12)
+
+
+def test_sampled_pass_at_k_agrees_with_exact(tree):
+    t, task, _, pi, r = tree
+    est = M.sampled_pass_at_k(t.probs, t, task, [1, 10], 3000, 16, np.random.default_rng(0))
+    mean, se = est.mean(0), est.std(0, ddof=1) / np.sqrt(len(est))
+    assert np.all(np.abs(mean - M.pass_at_k(pi, r, [1, 10])) < 4 * se)
+
+
+def test_pass_at_k_estimator_is_the_combinatorial_formula():
+    n, k = 5, 2
+    for c in range(n + 1):  # 1 − P(k draws without replacement all miss)
+        brute = 1 - np.mean([all(i >= c for i in comb) for comb in itertools.combinations(range(n), k)])
+        assert M.pass_at_k_estimate(np.array([c]), n, k)[0] == pytest.approx(brute)
+    with pytest.raises(ValueError):
+        M.pass_at_k_estimate(np.array([0]), 4, 5)
+
+
+def test_sampled_chains_follow_the_path_distribution(tree):
+    t, _, paths, pi, _ = tree
+    idx = M.path_index(t, M.sample_chains(t.probs, 0, 40000, np.random.default_rng(1)))
+    freq = np.bincount(idx, minlength=len(pi)) / 40000
+    assert np.all(np.abs(freq - pi) < 4 * np.sqrt(pi * (1 - pi) / 40000) + 1e-12)
+    assert (paths[M.path_index(t, paths)] == paths).all()
+
+
+def test_score_sum_is_the_gradient_of_log_probability(tree):
+    t, _, paths, _, _ = tree
+    rng = np.random.default_rng(2)
+    logits = [rng.standard_normal(p.shape) for p in t.probs]
+    o = paths[[2, 6]]
+    w = np.array([0.7, -1.3])
+    f = lambda z: w @ np.log(M.path_probs(M.softmax(z), o))
+    grad = M.score_sum(M.softmax(logits), o, w)
+    eps = 1e-6
+    for l, (i, j) in [(0, (0, 1)), (1, (1, 0)), (2, (1, 1)), (1, (0, 1))]:
+        up = [z.copy() for z in logits]
+        up[l][i, j] += eps
+        down = [z.copy() for z in logits]
+        down[l][i, j] -= eps
+        assert grad[l][i, j] == pytest.approx((f(up) - f(down)) / (2 * eps), abs=1e-7)
+
+
+@pytest.mark.parametrize("method,objective", [
+    ("REINFORCE", lambda s, pi: M.pass_at_k(pi, s.rex, [1])[0]),
+    ("RL-rej", lambda s, pi: M.pass_at_k(pi, s.rex, [5])[0] / 5),  # probes = 4
+    ("KL-GRPO", lambda s, pi: pi @ s.rex - 0.3 * np.sum(
+        pi * np.log(pi / M.path_probs(M.softmax(s.ref_logits), s.paths)))),
+])
+def test_expected_update_is_the_gradient_of_the_objective(tree, method, objective):
+    t, task, _, _, _ = tree
+    s = log_setting(t, task)
+    rng = np.random.default_rng(3)
+    logits = [z + 0.3 * rng.standard_normal(z.shape) for z in s.ref_logits]
+    g = M.expected_update(s, method, logits, probes=4, beta=0.3)
+    J = lambda z: objective(s, M.path_probs(M.softmax(z), s.paths))
+    eps = 1e-6
+    for l in range(len(logits)):
+        for i, j in np.ndindex(logits[l].shape):
+            up = [z.copy() for z in logits]
+            up[l][i, j] += eps
+            down = [z.copy() for z in logits]
+            down[l][i, j] -= eps
+            assert g[l][i, j] == pytest.approx((J(up) - J(down)) / (2 * eps), abs=1e-7)
+
+
+@pytest.mark.parametrize("method,draws", [("REINFORCE", 20000), ("RL-rej", 20000), ("KL-GRPO", 8000)])
+def test_stochastic_updates_average_to_the_expected_update(tree, method, draws):
+    t, task, _, _, _ = tree
+    s = log_setting(t, task)
+    trans = M.softmax(s.ref_logits)
+    rng = np.random.default_rng(4)
+    total = [np.zeros_like(z) for z in s.ref_logits]
+    sq = [np.zeros_like(z) for z in s.ref_logits]
+    for _ in range(draws):
+        d = M.TRAINERS[method](s, s.ref_logits, trans, rng, probes=4, beta=0.3, group=4)
+        if d is not None:
+            total = [a + b for a, b in zip(total, d)]
+            sq = [a + b * b for a, b in zip(sq, d)]
+    exact = M.expected_update(s, method, s.ref_logits, probes=4, beta=0.3)
+    for a, q, e in zip(total, sq, exact):
+        mean = a / draws
+        se = np.sqrt(np.maximum(q / draws - mean ** 2, 0) / draws)
+        assert np.all(np.abs(mean - e) <= 4.5 * se + 1e-12)
+
+
+def test_reinforce_squeezes_and_rl_rej_does_not(tree):
+    t, task, _, _, _ = tree
+    s = log_setting(t, task)
+    start = M.trajectory(s, [s.ref_logits])
+    rl = M.trajectory(s, M.mean_field(s, "REINFORCE", 400, 1.0, 400))
+    rej = M.trajectory(s, M.mean_field(s, "RL-rej", 400, 1.0, 400, probes=4))
+    assert rl["entropy"][-1] < 0.2 * start["entropy"][0]
+    assert rl["coverage"][-1, M.HARD] < 0.2 * start["coverage"][0, M.HARD]
+    assert rej["coverage"][-1, M.HARD] > start["coverage"][0, M.HARD]
+
+
+def test_kl_trained_limit_is_close_to_the_tilt(tree):
+    t, task, paths, pi, r = tree
+    s = log_setting(t, task)
+    limit = M.path_probs(M.softmax(M.mean_field(s, "KL-GRPO", 3000, 0.5, 3000, beta=0.3)[-1]), paths)
+    tilt = M.kl_tilt(pi, r, 0.3)
+    assert 0.5 * np.abs(limit - tilt).sum() < 0.01
+    objective = lambda q: q @ r - 0.3 * np.sum(q * np.log(q / pi))
+    rng = np.random.default_rng(5)
+    for _ in range(20):  # the tilt beats any nearby distribution
+        q = tilt * np.exp(0.1 * rng.standard_normal(len(pi)))
+        assert objective(tilt) >= objective(q / q.sum())
+
+
+def test_orm_and_soft_best_of_n_against_brute_force(tree):
+    _, _, _, pi, r = tree
+    n, kappa = 3, 4.0
+    level = np.round(r, 12)
+    hard, soft = np.zeros_like(pi), np.zeros_like(pi)
+    for draw in itertools.product(range(len(pi)), repeat=n):
+        p = np.prod(pi[list(draw)])
+        best = [d for d in draw if level[d] == max(level[list(draw)])]
+        for d in best:
+            hard[d] += p / len(best)
+        w = np.exp(kappa * r[list(draw)])
+        for d, wd in zip(draw, w):
+            soft[d] += p * wd / w.sum()
+    assert np.allclose(M.orm_best_of_n(pi, r, n), hard, atol=1e-12)
+    assert np.allclose(M.soft_best_of_n(pi, r, n, kappa), soft, atol=1e-12)
+    rng = np.random.default_rng(6)
+    freq = np.bincount(M.sample_orm_best_of_n(pi, r, n, 20000, rng), minlength=len(pi)) / 20000
+    assert np.all(np.abs(freq - hard) < 4 * np.sqrt(hard * (1 - hard) / 20000) + 1e-12)
+
+
+def test_prm_and_distributional_prm(tree):
+    _, _, paths, pi, r = tree
+    assert M.prm_greedy(pi, paths, r).tolist() == (paths == [0, 0, 0, 0]).all(1).tolist()
+    lam = 5.0
+    tilt = M.dprm_h_transform(pi, r, lam)
+    assert np.allclose(tilt, M.kl_tilt(pi, r, 1 / lam))
+    freq = np.bincount(M.sample_dprm(pi, paths, r, lam, 20000, np.random.default_rng(7)),
+                       minlength=len(pi)) / 20000
+    assert np.all(np.abs(freq - tilt) < 4 * np.sqrt(tilt * (1 - tilt) / 20000) + 1e-12)
+
+
+def test_pretraining_recovers_the_tree(tree):
+    t = tree[0]
+    logits = M.pretrain(t, 1000, 128, 1.0, np.random.default_rng(8))
+    assert max(np.abs(a - b).max() for a, b in zip(M.softmax(logits), t.probs)) < 0.03
+    again = M.pretrain(t, 1000, 128, 1.0, np.random.default_rng(8))
+    assert all(np.array_equal(a, b) for a, b in zip(logits, again))
+
+
+def test_random_tree_has_easy_routes_through_the_shared_node():
+    for seed in range(5):
+        t = M.random_tmc(5, 3, 4, 2, np.random.default_rng(seed))
+        assert t.shared == (3, 0)
+        for task in t.tasks:
+            paths = M.paths_from(t, task.start)
+            easy = paths[M.classify(t, task, paths) == M.EASY]
+            assert len(easy) and (easy[:, 3] == 0).any()
+            assert M.rex(t, task, paths).sum() == pytest.approx(1.0)
+    with pytest.raises(ValueError):
+        M.random_tmc(2, 2, 2, 1, np.random.default_rng(0))
+
+
+def test_post_train_is_deterministic_and_refuses_unknown_methods(tree):
+    t, task, _, _, _ = tree
+    s = log_setting(t, task)
+    a = M.train_run("PPO", 3, s, 50, 0.5, 10)
+    b = M.train_run("PPO", 3, s, 50, 0.5, 10)
+    assert np.array_equal(a["entropy"], b["entropy"]) and len(a["entropy"]) == 6
+    with pytest.raises(ValueError, match="unknown method"):
+        M.post_train(s, "DPO", 10, 0.1, np.random.default_rng(0))
