@@ -41,3 +41,11 @@ def project(tmp_path: Path) -> Path:
     for name in ("pyproject.toml", "constraints.txt"):
         shutil.copyfile(ROOT / name, root / name)
     return root
+
+
+@pytest.fixture(scope="session")
+def default_book() -> subprocess.CompletedProcess:
+    """`companion build` at the default profile: runs what is stale, builds _build/html."""
+    out = companion("build", "--profile", "default", timeout=3600)
+    print(out.stdout[-3000:])
+    return out

@@ -1,0 +1,52 @@
+"""The real book: every chapter at `quick`, the `default` book built with warnings as errors,
+and every theorem claim recorded at `default` holds.
+
+These run the actual chapters through the CLI (cached between runs, so a second `make test`
+with nothing changed is fast)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import ROOT, companion
+
+from lib.chapters import Book
+
+CHAPTERS = [c.slug for c in Book(ROOT).chapters()]
+pytestmark = pytest.mark.slow
+
+
+def _results(profile: str, slug: str) -> dict:
+    return json.loads((ROOT / "_build" / "runs" / profile / slug / "results.json").read_text())
+
+
+@pytest.mark.parametrize("slug", CHAPTERS)
+def test_chapter_runs_at_quick_and_its_checked_claims_hold(slug):
+    out = companion("run", slug, "--profile", "quick", timeout=600)
+    assert out.returncode == 0, f"{slug} at quick:\n{out.stdout}\n{out.stderr}"
+    doc = _results("quick", slug)
+    assert doc["profile"] == "quick" and doc["chapter"] == slug
+
+
+def test_default_book_builds_without_warnings(default_book):
+    assert default_book.returncode in (0, 2), default_book.stdout[-4000:] + default_book.stderr[-4000:]
+    html = ROOT / "_build" / "html"
+    assert (html / "index.html").exists()
+    for page in ["book/status", "book/bibliography", "book/reproducing", "book/citing",
+                 *[f"book/chapters/{s}" for s in CHAPTERS]]:
+        assert (html / f"{page}.html").exists(), page
+
+
+@pytest.mark.parametrize("slug", CHAPTERS)
+def test_every_theorem_claim_holds_at_default(default_book, slug):
+    doc = _results("default", slug)
+    failed = [f"{c['id']}: {c['statement']} (theory {c['theory']}, simulation {c['simulation']}, "
+              f"{c['tolerance']})" for c in doc["claims"] if c["kind"] == "theorem" and c["holds"] is not True]
+    assert not failed, f"{slug}: theorem claims that do not hold:\n" + "\n".join(failed)
+
+
+def test_rebuild_with_nothing_changed_is_all_cache_hits(default_book):
+    again = companion("build", "--profile", "default", timeout=900)
+    assert again.returncode in (0, 2)
+    assert again.stdout.count("cached (") == len(CHAPTERS), again.stdout

@@ -1,0 +1,100 @@
+"""Open the built book in a real browser (Debian's chromium driven by Playwright): every page
+loads, every image has pixels, math is typeset, internal links resolve, and the status page
+lists every chapter."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import shutil
+import threading
+from pathlib import Path
+from urllib.parse import urljoin, urlparse
+
+import pytest
+from conftest import ROOT
+
+from lib.chapters import Book
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+HTML = ROOT / "_build" / "html"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHAPTERS = Book(ROOT).chapters()
+
+
+@pytest.fixture(scope="module")
+def server(default_book):
+    if not (HTML / "index.html").exists():
+        pytest.fail("the book was not built")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(HTML))
+    handler.log_message = lambda *a, **k: None
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/"
+    httpd.shutdown()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    if not Path(CHROMIUM).exists():
+        pytest.fail("Debian's chromium is not installed (make test installs it)")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        yield b
+        b.close()
+
+
+PAGES = ["index.html", "book/status.html", "book/bibliography.html", "book/reproducing.html",
+         *[f"book/chapters/{c.slug}.html" for c in CHAPTERS]]
+
+
+@pytest.mark.parametrize("page_path", PAGES)
+def test_page_renders(browser, server, page_path):
+    page = browser.new_page()
+    failed_requests = []
+    page.on("response", lambda r: r.status >= 400 and r.url.startswith(server)
+            and failed_requests.append(f"{r.status} {r.url}"))
+    response = page.goto(urljoin(server, page_path), wait_until="load")
+    assert response.status == 200
+    images = page.eval_on_selector_all("img", "els => els.map(i => [i.src, i.complete && i.naturalWidth > 0])")
+    assert all(ok for _, ok in images), f"images that did not load: {[s for s, ok in images if not ok]}"
+    n_math = page.locator(".math").count()
+    if n_math:
+        page.wait_for_function("() => document.querySelectorAll('mjx-container').length > 0", timeout=20000)
+        assert page.locator("mjx-merror, .MathJax_Error").count() == 0, "MathJax reported an error"
+    # Every internal link resolves.
+    hrefs = page.eval_on_selector_all("a[href]", "els => els.map(a => a.href)")
+    internal = sorted({h.split("#")[0] for h in hrefs if h.startswith(server)})
+    for href in internal:
+        status = page.request.get(href).status
+        assert status == 200, f"{page_path}: link {href} → {status}"
+    assert not failed_requests, failed_requests
+    page.close()
+
+
+def test_chapter_pages_show_figures(browser, server):
+    """Every finished chapter shows at least one figure (placeholders say they are in preparation)."""
+    page = browser.new_page()
+    for ch in CHAPTERS:
+        page.goto(urljoin(server, f"book/chapters/{ch.slug}.html"), wait_until="load")
+        text = page.inner_text("main")
+        if "in preparation" in text:
+            continue
+        assert page.locator("main img").count() > 0, f"{ch.slug} shows no figure"
+    page.close()
+
+
+def test_status_page_lists_every_chapter(browser, server):
+    page = browser.new_page()
+    page.goto(urljoin(server, "book/status.html"), wait_until="load")
+    text = page.inner_text("main")
+    for ch in CHAPTERS:
+        assert ch.slug in text, f"status page misses {ch.slug}"
+    assert "not run" not in text
+    links = page.eval_on_selector_all("main a[href]", "els => els.map(a => a.getAttribute('href'))")
+    assert sum(urlparse(h).path.endswith(".html") and "chapters/" in h for h in links) >= len(CHAPTERS)
+    page.close()
