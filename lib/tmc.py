@@ -569,3 +569,36 @@ def sample_dprm(pi: np.ndarray, paths: np.ndarray, score: np.ndarray, lam: float
         pick = np.minimum((rng.random(size)[:, None] > cdf).sum(1), w.shape[1] - 1)
         alive &= paths[:, depth][None, :] == pick[:, None]
     return alive.argmax(1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Drawing
+# ---------------------------------------------------------------------------------------------
+def draw_tree(ax, tmc: TMC, trans: Matrices, title: str | None = None) -> None:
+    """The layered chain as a graph: node (layer, state), edge width ∝ its probability, high
+    edges solid and low edges dashed, each labelled with its probability; the shared node is
+    ringed."""
+    import networkx as nx
+
+    g = nx.DiGraph()
+    for l, t in enumerate(trans):
+        for s, s2 in np.ndindex(t.shape):
+            g.add_edge((l, s), (l + 1, s2), p=float(t[s, s2]), high=bool(tmc.high[l][s, s2]))
+    pos = {n: (n[0], -n[1]) for n in g.nodes}
+    node_color = ["#F0E442" if n == tmc.shared else "#DDDDDD" for n in g.nodes]
+    nx.draw_networkx_nodes(g, pos, ax=ax, node_color=node_color, node_size=520, edgecolors="black")
+    nx.draw_networkx_labels(g, pos, ax=ax, labels={n: f"{n[1]}" for n in g.nodes}, font_size=9)
+    for high, style in ((True, "solid"), (False, "dashed")):
+        edges = [(u, v) for u, v, d in g.edges(data=True) if d["high"] == high]
+        nx.draw_networkx_edges(g, pos, ax=ax, edgelist=edges, style=style, arrows=True,
+                               width=[0.4 + 5 * g.edges[e]["p"] for e in edges], node_size=520,
+                               edge_color="#0072B2" if high else "#D55E00")
+    nx.draw_networkx_edge_labels(g, pos, ax=ax, font_size=7, label_pos=0.3,
+                                 edge_labels={(u, v): f"{d['p']:.2f}" for u, v, d in g.edges(data=True)})
+    ax.set_xticks(range(tmc.n_layers), [f"layer {l}" for l in range(tmc.n_layers)])
+    ax.tick_params(left=False, labelleft=False, bottom=False, labelbottom=True)
+    ax.grid(False)
+    for side in ax.spines.values():
+        side.set_visible(False)
+    if title:
+        ax.set_title(title)
