@@ -1,0 +1,463 @@
+"""Label noise in feature learning: Han et al., "On the Role of Label Noise in the Feature
+Learning Process" (ICML 2025, arXiv:2505.18909).
+
+The setting (Section 3 of the paper). A sample is two patches, x = [y·μ, ξ] with
+ξ ~ N(0, σ_ξ² I_d); its observed label ỹ is the true label y flipped with probability τ₊
+(y = +1) or τ₋ (y = −1). The network is a two-layer ReLU CNN with a fixed second layer,
+
+    f(W, x) = F₊₁(x) − F₋₁(x),   F_j(x) = (1/m) Σ_r [σ(⟨w_{j,r}, y·μ⟩) + σ(⟨w_{j,r}, ξ⟩)],
+
+trained by full-batch gradient descent on the logistic loss ℓ(z) = log(1 + e^{−z}) of ỹ·f.
+
+Every GD iterate lies in w⁽⁰⁾ + span{μ, ξ₁, …, ξ_n}, so it is described exactly by the
+signal coefficients γ_{j,r} and the noise coefficients ρ_{j,r,i}:
+
+    w_{j,r}⁽ᵗ⁾ = w_{j,r}⁽⁰⁾ + j·γ_{j,r}⁽ᵗ⁾·μ/‖μ‖² + Σ_i ρ_{j,r,i}⁽ᵗ⁾·ξ_i/‖ξ_i‖².
+
+This module computes the same training run two ways, which must agree to round-off:
+
+* :func:`gd_step` — the reference: GD on the weights W ∈ R^{2×m×d}; :func:`project`
+  recovers (γ, ρ) from W by least squares on the basis {μ, ξ_i};
+* :class:`CoefficientGD` — the fast path: the paper's exact recursions for (γ, ρ), with the
+  pre-activations computed from Gram matrices (never forming W). :func:`train` uses it.
+
+It also holds the theory quantities (T₁, the Stage I growth rates, the heuristic phase
+boundary), stage detection, small-loss sample selection, and the real-data experiment
+(two classes of scikit-learn's digits, symmetric label noise, a small CNN).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+#: Index 0 of the first weight axis is the j = +1 filter bank, index 1 is j = −1.
+J = np.array([1.0, -1.0])
+LOG2 = math.log(2.0)
+
+
+# --------------------------------------------------------------------------- data
+
+
+@dataclass(frozen=True)
+class SignalNoiseData:
+    """n two-patch samples: signal patch y_i·μ, noise patch ξ_i, observed label ỹ_i."""
+
+    mu: np.ndarray        # (d,)
+    xi: np.ndarray        # (n, d)
+    y: np.ndarray         # (n,) true labels ±1
+    y_obs: np.ndarray     # (n,) observed (possibly flipped) labels ±1
+
+    @property
+    def n(self) -> int:
+        return len(self.y)
+
+    @property
+    def d(self) -> int:
+        return len(self.mu)
+
+    @property
+    def clean(self) -> np.ndarray:
+        """Boolean mask of the samples whose observed label is the true one."""
+        return self.y_obs == self.y
+
+    def inputs(self) -> np.ndarray:
+        """The samples as (n, 2, d) arrays [y_i·μ, ξ_i] (for checks by hand)."""
+        return np.stack([self.y[:, None] * self.mu[None, :], self.xi], axis=1)
+
+
+def mu_norm_for(n_snr2: float, n: int, d: int, sigma_xi: float = 1.0) -> float:
+    """‖μ‖ that gives n·SNR² = ``n_snr2``, with SNR = ‖μ‖/(σ_ξ√d)."""
+    return sigma_xi * math.sqrt(n_snr2 * d / n)
+
+
+def snr(mu_norm: float, sigma_xi: float, d: int) -> float:
+    """SNR = ‖μ‖/(σ_ξ√d)."""
+    return mu_norm / (sigma_xi * math.sqrt(d))
+
+
+def make_data(n: int, d: int, mu_norm: float, rng: np.random.Generator, *, sigma_xi: float = 1.0,
+              tau_pos: float = 0.0, tau_neg: float = 0.0, mu: np.ndarray | None = None,
+              orthogonal: bool = False) -> SignalNoiseData:
+    """Draw n samples with class-conditional label flips (rates τ₊ for y = +1, τ₋ for y = −1).
+
+    ``mu`` defaults to ‖μ‖·e₁; pass the training set's μ to draw a test set. With
+    ``orthogonal`` the noise is projected onto μ's orthogonal complement.
+    """
+    if not (0.0 <= tau_pos < 0.5 and 0.0 <= tau_neg < 0.5):
+        raise ValueError(f"flip rates must lie in [0, 1/2), got τ₊={tau_pos}, τ₋={tau_neg}")
+    if mu is None:
+        mu = np.zeros(d)
+        mu[0] = mu_norm
+    y = rng.choice([-1.0, 1.0], size=n)
+    xi = rng.normal(0.0, sigma_xi, size=(n, d))
+    if orthogonal:
+        u = mu / np.linalg.norm(mu)
+        xi -= np.outer(xi @ u, u)
+    flip = rng.random(n) < np.where(y > 0, tau_pos, tau_neg)
+    return SignalNoiseData(mu=np.asarray(mu, float), xi=xi, y=y, y_obs=np.where(flip, -y, y))
+
+
+# --------------------------------------------------------------------------- theory
+
+
+def t1_prediction(n: int, m: int, eta: float, sigma_xi: float, d: int) -> float:
+    """The Stage I time scale of Theorem 4.1, T₁ = n·m/(η·σ_ξ²·d), with constant 1."""
+    return n * m / (eta * sigma_xi**2 * d)
+
+
+def stage_one_rates(n: int, m: int, d: int, eta: float, mu_norm: float, sigma_xi: float,
+                    tau: float) -> tuple[float, float]:
+    """Early-time slopes (per GD step) of γ and of the activated ρ, with every |ℓ′| = ½.
+
+    A filter's signal coefficient is pushed by the half of the samples whose class activates
+    it, clean ones up and noisy ones down: Δγ = η‖μ‖²(1−2τ)/(4m). A noise coefficient
+    ρ_{j,r,i} with j = ỹ_i and ⟨w_{j,r}, ξ_i⟩ > 0 grows by Δρ = η‖ξ_i‖²/(2nm) ≈ ησ_ξ²d/(2nm).
+    """
+    return eta * mu_norm**2 * (1 - 2 * tau) / (4 * m), eta * sigma_xi**2 * d / (2 * n * m)
+
+
+def heuristic_boundary(tau: np.ndarray | float) -> np.ndarray | float:
+    """n·SNR² at which Stage I's signal gain equals its noise gain: 2/(1 − 2τ).
+
+    From :func:`stage_one_rates`, Δγ/Δρ = (1−2τ)·n·SNR²/2; a clean Stage I (noisy samples
+    still predicted by their true label) needs γ to outgrow ρ.
+    """
+    return 2.0 / (1.0 - 2.0 * np.asarray(tau, float))
+
+
+# --------------------------------------------------------------------------- model
+
+
+def init_weights(m: int, d: int, sigma0: float, rng: np.random.Generator) -> np.ndarray:
+    """First-layer weights w_{j,r} ~ N(0, σ₀² I_d), shape (2, m, d) (axis 0: j = +1, −1)."""
+    return rng.normal(0.0, sigma0, size=(2, m, d))
+
+
+def preactivations(W: np.ndarray, mu: np.ndarray, xi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """⟨w_{j,r}, μ⟩ of shape (2, m) and ⟨w_{j,r}, ξ_i⟩ of shape (2, m, n)."""
+    return W @ mu, W @ xi.T
+
+
+def output(pre_mu: np.ndarray, pre_xi: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """f(W, x_i) from the pre-activations; the signal patch of sample i is y_i·μ."""
+    relu = np.maximum
+    signal = relu(pre_mu[:, :, None] * y[None, None, :], 0.0)   # (2, m, n)
+    per_filter = signal + relu(pre_xi, 0.0)
+    return J @ per_filter.mean(axis=1)
+
+
+def loss_derivative(margin: np.ndarray) -> np.ndarray:
+    """ℓ′(z) = −1/(1 + e^{z}) of the logistic loss, evaluated stably."""
+    return -0.5 * (1.0 - np.tanh(0.5 * margin))
+
+
+def logistic_loss(margin: np.ndarray) -> np.ndarray:
+    """ℓ(z) = log(1 + e^{−z}), evaluated stably."""
+    return np.logaddexp(0.0, -margin)
+
+
+def gd_step(W: np.ndarray, data: SignalNoiseData, eta: float) -> np.ndarray:
+    """One full-batch GD step on the weights (the reference implementation)."""
+    pre_mu, pre_xi = preactivations(W, data.mu, data.xi)
+    margin = data.y_obs * output(pre_mu, pre_xi, data.y)
+    g = loss_derivative(margin) * data.y_obs                            # ∂ℓ_i/∂f_i, (n,)
+    act_mu = (pre_mu[:, :, None] * data.y > 0) * data.y                 # σ′·y_i, (2, m, n)
+    act_xi = (pre_xi > 0).astype(float)                                 # (2, m, n)
+    grad = (J[:, None, None] / (data.n * W.shape[1])) * (
+        np.einsum("jri,i->jr", act_mu, g)[:, :, None] * data.mu + (act_xi * g) @ data.xi)
+    return W - eta * grad
+
+
+@dataclass
+class Coefficients:
+    """The signal-noise decomposition of W − W⁽⁰⁾: γ of shape (2, m), ρ of shape (2, m, n)."""
+
+    gamma: np.ndarray
+    rho: np.ndarray
+
+    def stacked(self) -> np.ndarray:
+        return np.concatenate([self.gamma[:, :, None], self.rho], axis=2)
+
+
+def project(W: np.ndarray, W0: np.ndarray, mu: np.ndarray, xi: np.ndarray) -> tuple[Coefficients, float]:
+    """(γ, ρ) of W by least squares on the basis {μ/‖μ‖², ξ_i/‖ξ_i‖²}, and the relative
+    norm of the part of W − W⁽⁰⁾ outside that span (zero for a GD iterate)."""
+    basis = np.concatenate([mu[None, :] / (mu @ mu),
+                            xi / np.einsum("id,id->i", xi, xi)[:, None]])   # (n+1, d)
+    delta = (W - W0).reshape(-1, W.shape[-1])                               # (2m, d)
+    coef, *_ = np.linalg.lstsq(basis.T, delta.T, rcond=None)                # (n+1, 2m)
+    residual = np.linalg.norm(delta - coef.T @ basis) / max(np.linalg.norm(delta), 1e-300)
+    coef = coef.T.reshape(2, W.shape[1], -1)
+    return Coefficients(gamma=J[:, None] * coef[:, :, 0], rho=coef[:, :, 1:]), float(residual)
+
+
+class CoefficientGD:
+    """Full-batch GD run in the coefficients (γ, ρ) through the paper's exact recursions
+
+        γ_{j,r} ← γ_{j,r} − (η/(nm))·‖μ‖²·Σ_i ℓ′_i·σ′(⟨w_{j,r}, y_i μ⟩)·ỹ_i·y_i,
+        ρ_{j,r,i} ← ρ_{j,r,i} − (η/(nm))·‖ξ_i‖²·ℓ′_i·σ′(⟨w_{j,r}, ξ_i⟩)·j·ỹ_i,
+
+    with the pre-activations written in the same coefficients:
+    ⟨w, μ⟩ = ⟨w⁽⁰⁾, μ⟩ + jγ + Σ_k ρ_k⟨ξ_k, μ⟩/‖ξ_k‖² and
+    ⟨w, ξ_i⟩ = ⟨w⁽⁰⁾, ξ_i⟩ + jγ⟨μ, ξ_i⟩/‖μ‖² + Σ_k ρ_k⟨ξ_k, ξ_i⟩/‖ξ_k‖².
+    The weights are never formed: a step costs one (2m × n)·(n × (n+1)) product.
+    """
+
+    def __init__(self, W0: np.ndarray, data: SignalNoiseData, eta: float):
+        self.data, self.eta = data, eta
+        self.m = W0.shape[1]
+        self.mu2 = float(data.mu @ data.mu)
+        self.xi2 = np.einsum("id,id->i", data.xi, data.xi)
+        self.pre0_mu, self.pre0_xi = preactivations(W0, data.mu, data.xi)
+        # Row k: ⟨ξ_k, [μ, ξ_1, …, ξ_n]⟩/‖ξ_k‖², the contribution of ρ_k to each pre-activation.
+        self.noise_gram = (data.xi @ np.concatenate([data.mu[None], data.xi]).T) / self.xi2[:, None]
+        self.mu_xi = data.xi @ data.mu / self.mu2          # ⟨μ, ξ_i⟩/‖μ‖²
+        self.coef = Coefficients(np.zeros((2, self.m)), np.zeros((2, self.m, data.n)))
+
+    def preactivations(self) -> tuple[np.ndarray, np.ndarray]:
+        jg = J[:, None] * self.coef.gamma
+        from_rho = self.coef.rho @ self.noise_gram                          # (2, m, n+1)
+        pre_mu = self.pre0_mu + jg + from_rho[:, :, 0]
+        pre_xi = self.pre0_xi + jg[:, :, None] * self.mu_xi + from_rho[:, :, 1:]
+        return pre_mu, pre_xi
+
+    def margins(self) -> np.ndarray:
+        """ỹ_i·f(W, x_i) for the training samples."""
+        return self.data.y_obs * output(*self.preactivations(), self.data.y)
+
+    def step(self) -> None:
+        d, c = self.data, self.coef
+        pre_mu, pre_xi = self.preactivations()
+        lp = loss_derivative(d.y_obs * output(pre_mu, pre_xi, d.y))                 # ℓ′_i
+        scale = self.eta / (d.n * self.m)
+        signal_on = pre_mu[:, :, None] * d.y > 0                                    # (2, m, n)
+        c.gamma = c.gamma - scale * self.mu2 * (signal_on * (lp * d.y_obs * d.y)).sum(axis=2)
+        c.rho = c.rho - scale * self.xi2 * lp * (pre_xi > 0) * J[:, None, None] * d.y_obs
+
+
+class TestSet:
+    """Test samples seen through a :class:`CoefficientGD` run: the inner products with the
+    training basis are computed once, so f(W, x) costs one small product per evaluation."""
+
+    def __init__(self, gd: CoefficientGD, W0: np.ndarray, test: SignalNoiseData):
+        self.test, self.gd = test, gd
+        self.pre0 = W0 @ test.xi.T                                       # ⟨w⁽⁰⁾, ξ⟩, (2, m, n_test)
+        self.mu_xi = test.xi @ gd.data.mu / gd.mu2                       # ⟨μ, ξ⟩/‖μ‖²
+        self.cross = (gd.data.xi @ test.xi.T) / gd.xi2[:, None]          # ⟨ξ_k, ξ⟩/‖ξ_k‖²
+
+    def output(self) -> np.ndarray:
+        c = self.gd.coef
+        pre_mu, _ = self.gd.preactivations()
+        pre_xi = self.pre0 + (J[:, None] * c.gamma)[:, :, None] * self.mu_xi + c.rho @ self.cross
+        return output(pre_mu, pre_xi, self.test.y)
+
+    def accuracy(self) -> float:
+        """Accuracy against the true labels."""
+        return float(np.mean(self.test.y * self.output() > 0))
+
+
+# --------------------------------------------------------------------------- training runs
+
+
+def log_steps(total: int, points: int, extra: tuple[int, ...] = ()) -> np.ndarray:
+    """About ``points`` log-spaced recording steps in [0, total], plus ``extra`` ones."""
+    grid = np.unique(np.round(np.geomspace(1, total, points)).astype(int))
+    return np.unique(np.concatenate([[0], grid, np.asarray(extra, int)]))
+
+
+@dataclass
+class History:
+    """What one training run recorded at its recording steps."""
+
+    steps: np.ndarray                    # (T,)
+    clean: np.ndarray                    # (n,) clean mask
+    margins: np.ndarray                  # (T, n) ỹ_i·f_i
+    test_accuracy: np.ndarray            # (T,) against the true labels
+    gamma_max: np.ndarray                # (T,) max_{j,r} γ_{j,r}
+    rho_max: np.ndarray                  # (T, n) max_{j,r} ρ_{j,r,i}
+    extras: dict = field(default_factory=dict)
+
+    def at(self, step: int) -> int:
+        """Index of a recording step (it must have been recorded)."""
+        hits = np.flatnonzero(self.steps == step)
+        if not len(hits):
+            raise KeyError(f"step {step} was not recorded")
+        return int(hits[0])
+
+    def accuracy(self, subset: str = "all") -> np.ndarray:
+        """Training accuracy against the observed labels on ``all``, ``clean`` or ``noisy``."""
+        mask = {"all": np.ones_like(self.clean), "clean": self.clean, "noisy": ~self.clean}[subset]
+        if not mask.any():
+            return np.full(len(self.steps), np.nan)
+        return (self.margins[:, mask] > 0).mean(axis=1)
+
+    def losses(self, index: int) -> np.ndarray:
+        return logistic_loss(self.margins[index])
+
+
+def train(data: SignalNoiseData, test: SignalNoiseData, W0: np.ndarray, eta: float,
+          record: np.ndarray, reference_every: bool = False) -> History:
+    """Run :class:`CoefficientGD` to ``record[-1]`` steps, recording at the steps ``record``.
+
+    With ``reference_every`` the weight-space reference :func:`gd_step` runs alongside, and at
+    every recording step the projection of its weights is compared with the recursion's
+    coefficients (``extras["coef_rel_err"]``, ``extras["span_residual"]``).
+    """
+    gd = CoefficientGD(W0, data, eta)
+    tester = TestSet(gd, W0, test)
+    W = W0.copy()
+    rec = {"margins": [], "test": [], "gmax": [], "rmax": [], "err": [], "resid": []}
+    targets = set(int(s) for s in record)
+    for t in range(int(record[-1]) + 1):
+        if t in targets:
+            rec["margins"].append(gd.margins())
+            rec["test"].append(tester.accuracy())
+            rec["gmax"].append(gd.coef.gamma.max())
+            rec["rmax"].append(gd.coef.rho.max(axis=(0, 1)))
+            if reference_every and t > 0:
+                proj, resid = project(W, W0, data.mu, data.xi)
+                ref, rcs = gd.coef.stacked(), proj.stacked()
+                rec["err"].append(np.abs(rcs - ref).max() / np.abs(ref).max())
+                rec["resid"].append(resid)
+        if t < record[-1]:
+            gd.step()
+            if reference_every:
+                W = gd_step(W, data, eta)
+    extras = {}
+    if reference_every:
+        extras = {"coef_rel_err": np.array(rec["err"]), "span_residual": np.array(rec["resid"])}
+    return History(steps=np.asarray(sorted(targets)), clean=data.clean,
+                   margins=np.array(rec["margins"]), test_accuracy=np.array(rec["test"]),
+                   gamma_max=np.array(rec["gmax"]), rho_max=np.array(rec["rmax"]), extras=extras)
+
+
+# --------------------------------------------------------------------------- stages and uses
+
+
+def detect_stages(h: History, fit: float = 0.98, memorised: float = 0.5) -> tuple[int | None, int | None]:
+    """(start of Stage I, start of Stage II) as recording steps: the first step at which at
+    least ``fit`` of the clean samples are fitted, and the first step after it at which at
+    least ``memorised`` of the noisy samples are fitted to their wrong labels (None if never)."""
+    clean, noisy = h.accuracy("clean"), h.accuracy("noisy")
+    start = np.flatnonzero(clean >= fit)
+    if not len(start):
+        return None, None
+    later = np.flatnonzero((np.arange(len(h.steps)) >= start[0]) & (noisy >= memorised))
+    return int(h.steps[start[0]]), (int(h.steps[later[0]]) if len(later) else None)
+
+
+def select_small_loss(losses: np.ndarray, threshold: float = LOG2) -> np.ndarray:
+    """Sample selection: keep the samples whose loss is at most ``threshold`` (log 2 ⇔ ỹf ≥ 0)."""
+    return losses <= threshold
+
+
+def precision_recall(selected: np.ndarray, clean: np.ndarray) -> tuple[float, float]:
+    """Precision (selected that are clean) and recall (clean that are selected)."""
+    tp = float(np.sum(selected & clean))
+    return tp / max(int(selected.sum()), 1), tp / max(int(clean.sum()), 1)
+
+
+def stage_one_appears(h: History, fit: float = 0.98, ignored: float = 0.15) -> bool:
+    """A clean Stage I: some recorded step with ≥ ``fit`` of the clean samples fitted while at
+    most ``ignored`` of the noisy samples are fitted to their wrong labels."""
+    return bool(np.any((h.accuracy("clean") >= fit) & (h.accuracy("noisy") <= ignored)))
+
+
+# --------------------------------------------------------------------------- real data
+
+
+@dataclass(frozen=True)
+class DigitsTask:
+    """Two classes of scikit-learn's bundled 8×8 digits as a ±1 problem with noisy labels."""
+
+    x_train: np.ndarray   # (n, 1, 8, 8), pixel values scaled to [0, 1]
+    y_train: np.ndarray   # (n,) true labels ±1
+    y_obs: np.ndarray     # (n,) observed labels ±1 (symmetric flips)
+    x_test: np.ndarray
+    y_test: np.ndarray
+
+    @property
+    def clean(self) -> np.ndarray:
+        return self.y_obs == self.y_train
+
+
+def digits_task(classes: tuple[int, int], tau: float, test_fraction: float,
+                rng: np.random.Generator) -> DigitsTask:
+    """Digits ``classes[0]`` (label −1) and ``classes[1]`` (label +1); every training label is
+    flipped independently with probability ``tau``; the test labels are kept clean."""
+    from sklearn.datasets import load_digits
+
+    if not 0.0 <= tau < 0.5:
+        raise ValueError(f"tau must lie in [0, 1/2), got {tau}")
+    digits = load_digits()
+    keep = np.isin(digits.target, classes)
+    x = (digits.images[keep] / 16.0)[:, None].astype(np.float32)
+    y = np.where(digits.target[keep] == classes[1], 1.0, -1.0)
+    order = rng.permutation(len(y))
+    n_test = int(round(test_fraction * len(y)))
+    test, train = order[:n_test], order[n_test:]
+    flip = rng.random(len(train)) < tau
+    return DigitsTask(x_train=x[train], y_train=y[train], y_obs=np.where(flip, -y[train], y[train]),
+                      x_test=x[test], y_test=y[test])
+
+
+def small_cnn(width: int = 16):
+    """Two 3×3 convolutions, a 2×2 max-pool and a two-layer head with one output (f(x))."""
+    from torch import nn
+
+    return nn.Sequential(
+        nn.Conv2d(1, width, 3, padding=1), nn.ReLU(),
+        nn.Conv2d(width, 2 * width, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+        nn.Linear(2 * width * 16, 4 * width), nn.ReLU(), nn.Linear(4 * width, 1))
+
+
+def train_digits(task: DigitsTask, epochs: int, lr: float, batch: int, seed: int,
+                 width: int = 16) -> dict[str, np.ndarray]:
+    """SGD (momentum 0.9) on the logistic loss of the observed labels; after every epoch the
+    accuracy on the clean and on the flipped training samples (against their observed labels),
+    and on the test set (true labels). Runs on one thread: a network this small gains nothing
+    from more, and on a busy machine loses a lot."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _train_digits(task, epochs, lr, batch, seed, width)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train_digits(task: DigitsTask, epochs: int, lr: float, batch: int, seed: int,
+                  width: int) -> dict[str, np.ndarray]:
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    net = small_cnn(width)
+    opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9)
+    x = torch.as_tensor(task.x_train, dtype=torch.float32)
+    y = torch.as_tensor(task.y_obs, dtype=torch.float32)
+    xt = torch.as_tensor(task.x_test, dtype=torch.float32)
+    clean = task.clean
+
+    def accuracies():
+        with torch.no_grad():
+            fit = (y * net(x).squeeze(1) > 0).numpy()
+            test = (torch.as_tensor(task.y_test) * net(xt).squeeze(1) > 0).numpy()
+        return fit[clean].mean(), fit[~clean].mean() if (~clean).any() else np.nan, test.mean()
+
+    out = {"epoch": [0], "clean": [], "noisy": [], "test": []}
+    for key, v in zip(("clean", "noisy", "test"), accuracies()):
+        out[key].append(v)
+    for epoch in range(1, epochs + 1):
+        for idx in torch.randperm(len(y), generator=gen).split(batch):
+            opt.zero_grad()
+            torch.nn.functional.softplus(-y[idx] * net(x[idx]).squeeze(1)).mean().backward()
+            opt.step()
+        out["epoch"].append(epoch)
+        for key, v in zip(("clean", "noisy", "test"), accuracies()):
+            out[key].append(v)
+    return {k: np.asarray(v, float) for k, v in out.items()}

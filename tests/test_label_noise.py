@@ -1,0 +1,204 @@
+"""Tests of lib.label_noise: the model against autograd and by hand, the coefficient
+recursions against weight-space GD, the theory formulas, and the selection helpers."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from lib import label_noise as M
+
+
+def small_problem(n=6, d=30, m=3, tau=0.3, seed=0, sigma0=0.1, orthogonal=False):
+    rng = np.random.default_rng(seed)
+    data = M.make_data(n, d, mu_norm=2.0, rng=rng, tau_pos=tau, tau_neg=tau, orthogonal=orthogonal)
+    return data, M.init_weights(m, d, sigma0, rng)
+
+
+def test_output_by_hand():
+    # m = 1, d = 2: w₊ = (1, 0), w₋ = (0, 1); sample y = +1, μ = (2, 0), ξ = (−1, 3).
+    W = np.array([[[1.0, 0.0]], [[0.0, 1.0]]])
+    mu, xi, y = np.array([2.0, 0.0]), np.array([[-1.0, 3.0]]), np.array([1.0])
+    pre_mu, pre_xi = M.preactivations(W, mu, xi)
+    # F₊ = σ(2) + σ(−1) = 2, F₋ = σ(0) + σ(3) = 3, f = −1.
+    assert M.output(pre_mu, pre_xi, y) == pytest.approx([-1.0])
+    # With y = −1 the signal patch is −μ: F₊ = σ(−2) + σ(−1) = 0, F₋ = σ(0) + σ(3) = 3.
+    assert M.output(pre_mu, pre_xi, -y) == pytest.approx([-3.0])
+
+
+def test_gd_step_matches_autograd():
+    data, W0 = small_problem()
+    eta = 0.3
+    W = torch.tensor(W0, requires_grad=True)
+    X = torch.tensor(data.inputs())                                    # (n, 2, d)
+    pre = torch.einsum("jrd,ipd->jrip", W, X)
+    f = torch.relu(pre).sum(dim=3).mean(dim=1)                         # (2, n): F₊, F₋
+    margin = torch.tensor(data.y_obs) * (f[0] - f[1])
+    torch.nn.functional.softplus(-margin).mean().backward()
+    expected = W0 - eta * W.grad.numpy()
+    np.testing.assert_allclose(M.gd_step(W0, data, eta), expected, rtol=1e-12, atol=1e-14)
+
+
+def test_loss_helpers_are_stable():
+    z = np.array([-800.0, -1.0, 0.0, 2.0, 800.0])
+    np.testing.assert_allclose(M.loss_derivative(z), -1 / (1 + np.exp(np.clip(z, -700, 700))),
+                               rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(M.logistic_loss(z), [800.0, math.log1p(math.e), M.LOG2,
+                                                   math.log1p(math.exp(-2)), 0.0], atol=1e-15)
+
+
+def test_project_recovers_known_coefficients():
+    data, W0 = small_problem(orthogonal=True)
+    rng = np.random.default_rng(1)
+    gamma, rho = rng.normal(size=(2, 3)), rng.normal(size=(2, 3, data.n))
+    W = (W0 + (M.J[:, None] * gamma)[:, :, None] * data.mu / (data.mu @ data.mu)
+         + rho @ (data.xi / np.sum(data.xi**2, axis=1, keepdims=True)))
+    coef, residual = M.project(W, W0, data.mu, data.xi)
+    np.testing.assert_allclose(coef.gamma, gamma, atol=1e-10)
+    np.testing.assert_allclose(coef.rho, rho, atol=1e-10)
+    assert residual < 1e-12
+    # A direction outside span{μ, ξ_i} leaves a residual.
+    _, residual = M.project(W + rng.normal(size=W.shape), W0, data.mu, data.xi)
+    assert residual > 0.1
+
+
+@pytest.mark.parametrize("orthogonal", [False, True])
+def test_recursion_matches_weight_space_gd(orthogonal):
+    data, W0 = small_problem(n=8, d=40, m=4, orthogonal=orthogonal)
+    eta = 0.5
+    gd, W = M.CoefficientGD(W0, data, eta), W0.copy()
+    for _ in range(200):
+        gd.step()
+        W = M.gd_step(W, data, eta)
+    coef, residual = M.project(W, W0, data.mu, data.xi)
+    scale = np.abs(gd.coef.stacked()).max()
+    assert scale > 0.1                                   # the run actually moved
+    assert np.abs(coef.stacked() - gd.coef.stacked()).max() <= 1e-9 * scale
+    assert residual < 1e-10
+    # The recursion's margins are those of the weights.
+    margins = data.y_obs * M.output(*M.preactivations(W, data.mu, data.xi), data.y)
+    np.testing.assert_allclose(gd.margins(), margins, rtol=1e-9, atol=1e-12)
+
+
+def test_test_set_output_matches_weights():
+    data, W0 = small_problem()
+    test = M.make_data(50, data.d, 2.0, np.random.default_rng(5), mu=data.mu)
+    gd, W = M.CoefficientGD(W0, data, 0.4), W0.copy()
+    for _ in range(20):
+        gd.step()
+        W = M.gd_step(W, data, 0.4)
+    expected = M.output(*M.preactivations(W, test.mu, test.xi), test.y)
+    np.testing.assert_allclose(M.TestSet(gd, W0, test).output(), expected, rtol=1e-10, atol=1e-12)
+
+
+def test_train_records_and_reference_agree():
+    data, W0 = small_problem(n=10, d=60, m=3, tau=0.2)
+    test = M.make_data(40, 60, 2.0, np.random.default_rng(2), mu=data.mu)
+    record = M.log_steps(50, 8, extra=(17,))
+    h = M.train(data, test, W0, 0.4, record, reference_every=True)
+    assert list(h.steps) == sorted(set(record)) and h.margins.shape == (len(record), 10)
+    assert h.extras["coef_rel_err"].max() < 1e-9
+    assert h.at(17) == list(h.steps).index(17)
+    with pytest.raises(KeyError):
+        h.at(18)
+
+
+def test_first_step_noise_coefficient_exact():
+    # From ρ = 0 a step adds η‖ξ_i‖²|ℓ′_i|/(nm) to ρ_{ỹ_i,r,i} of every filter with ⟨w⁽⁰⁾, ξ_i⟩ > 0.
+    data, W0 = small_problem()
+    eta, n, m = 0.2, data.n, W0.shape[1]
+    gd = M.CoefficientGD(W0, data, eta)
+    lp = M.loss_derivative(gd.margins())
+    gd.step()
+    for i in range(n):
+        j = 0 if data.y_obs[i] > 0 else 1
+        on = W0[j] @ data.xi[i] > 0
+        expected = np.where(on, eta * (data.xi[i] @ data.xi[i]) * abs(lp[i]) / (n * m), 0.0)
+        np.testing.assert_allclose(gd.coef.rho[j, :, i], expected, rtol=1e-12)
+
+
+def early_growth(n, d, m=4, eta=0.5, tau=0.2, steps=3, seed=3):
+    rng = np.random.default_rng(seed)
+    mu_norm = M.mu_norm_for(5.0, n, d)
+    data = M.make_data(n, d, mu_norm, rng, tau_pos=tau, tau_neg=tau)
+    gd = M.CoefficientGD(M.init_weights(m, d, 1e-4, rng), data, eta)
+    for _ in range(steps):
+        gd.step()
+    return gd, M.stage_one_rates(n, m, d, eta, mu_norm, 1.0, tau)
+
+
+def test_stage_one_rates_match_early_growth():
+    # γ: many samples, so that the flipped fraction is close to τ.
+    gd, (dgamma, _) = early_growth(n=2000, d=200)
+    assert gd.coef.gamma.mean() / 3 == pytest.approx(dgamma, rel=0.1)
+    # ρ: one step, on the filters that ξ_i activates at initialisation.
+    gd, (_, drho) = early_growth(n=200, d=4000, eta=0.01, steps=1)
+    grown = gd.coef.rho[gd.coef.rho > 0]
+    assert grown.mean() == pytest.approx(drho, rel=0.02)
+
+
+def test_theory_formulas():
+    assert M.t1_prediction(n=200, m=20, eta=0.2, sigma_xi=1.0, d=800) == pytest.approx(25.0)
+    assert M.t1_prediction(n=200, m=20, eta=0.2, sigma_xi=2.0, d=800) == pytest.approx(6.25)
+    np.testing.assert_allclose(M.heuristic_boundary([0.0, 0.25]), [2.0, 4.0])
+    mu_norm = M.mu_norm_for(10.0, n=200, d=800)
+    assert 200 * M.snr(mu_norm, 1.0, 800) ** 2 == pytest.approx(10.0)
+    # The slope ratio is the heuristic's (1 − 2τ)·n·SNR²/2.
+    g, r = M.stage_one_rates(200, 20, 800, 0.2, mu_norm, 1.0, 0.1)
+    assert g / r == pytest.approx((1 - 0.2) * 10.0 / 2)
+
+
+def test_make_data_flips_and_options():
+    rng = np.random.default_rng(0)
+    data = M.make_data(20000, 5, 1.0, rng, tau_pos=0.1, tau_neg=0.3)
+    flipped = ~data.clean
+    for label, tau in [(1.0, 0.1), (-1.0, 0.3)]:
+        rate = flipped[data.y == label].mean()
+        assert abs(rate - tau) < 4 * math.sqrt(tau * (1 - tau) / 10000)
+    orth = M.make_data(50, 10, 3.0, rng, orthogonal=True)
+    assert np.abs(orth.xi @ orth.mu).max() < 1e-12 and np.linalg.norm(orth.mu) == pytest.approx(3.0)
+    with pytest.raises(ValueError, match="flip rates"):
+        M.make_data(5, 5, 1.0, rng, tau_pos=0.5)
+    a = M.make_data(30, 7, 1.0, np.random.default_rng(9), tau_pos=0.2, tau_neg=0.2)
+    b = M.make_data(30, 7, 1.0, np.random.default_rng(9), tau_pos=0.2, tau_neg=0.2)
+    np.testing.assert_array_equal(a.xi, b.xi)
+    np.testing.assert_array_equal(a.y_obs, b.y_obs)
+
+
+def test_selection_and_stages():
+    losses = M.logistic_loss(np.array([2.0, 0.5, -0.1, -3.0, 0.0]))
+    selected = M.select_small_loss(losses)
+    np.testing.assert_array_equal(selected, [True, True, False, False, True])
+    clean = np.array([True, True, True, False, False])
+    assert M.precision_recall(selected, clean) == pytest.approx((2 / 3, 2 / 3))
+
+    # Two clean samples and one noisy; clean fitted at step 2, noisy at step 8.
+    margins = np.array([[-1, -1, 1], [1, 1, -1], [1, 1, -1], [1, 1, 1]], float)
+    h = M.History(steps=np.array([0, 2, 4, 8]), clean=np.array([True, True, False]),
+                  margins=margins, test_accuracy=np.zeros(4), gamma_max=np.zeros(4),
+                  rho_max=np.zeros((4, 3)))
+    assert M.detect_stages(h) == (2, 8)                  # the noisy fit at step 0 does not count
+    assert M.stage_one_appears(h)
+    h.margins[1:3, 2] = 1.0
+    assert not M.stage_one_appears(h)
+
+
+def test_log_steps():
+    s = M.log_steps(1000, 10, extra=(25,))
+    assert s[0] == 0 and s[-1] == 1000 and 25 in s and np.all(np.diff(s) > 0)
+
+
+def test_digits_task_and_training_are_deterministic():
+    a = M.digits_task((3, 8), 0.2, 0.4, np.random.default_rng(0))
+    b = M.digits_task((3, 8), 0.2, 0.4, np.random.default_rng(0))
+    np.testing.assert_array_equal(a.y_obs, b.y_obs)
+    assert a.x_train.shape[1:] == (1, 8, 8) and set(np.unique(a.y_train)) == {-1.0, 1.0}
+    assert 0.05 < (~a.clean).mean() < 0.4 and a.x_train.max() <= 1.0
+    with pytest.raises(ValueError):
+        M.digits_task((3, 8), 0.6, 0.4, np.random.default_rng(0))
+    h1 = M.train_digits(a, epochs=2, lr=0.02, batch=32, seed=1, width=4)
+    h2 = M.train_digits(a, epochs=2, lr=0.02, batch=32, seed=1, width=4)
+    assert h1["test"].shape == (3,)
+    for k in h1:
+        np.testing.assert_array_equal(h1[k], h2[k])
