@@ -1,0 +1,281 @@
+"""Tiny one-layer recall models, their training, and the ESS of the trained mixer on task inputs.
+
+Each model is ``embed → token mixer → readout`` with a one-token shift on the keys, the
+"short convolution" that lets a single mixer layer solve associative recall:
+
+    q_r = W_q x_r,   k_j = W_k x_{j−1},   v_j = W_v x_j,   logits_r = W_o LN(y_r) + W_e x_r
+
+so the key stored at a value token is its preceding key token, and a query that matches it
+retrieves the value. One head; ``d_k`` is the key width (the state size per value channel of
+the recurrent mixers). Mixers:
+
+* ``"softmax"`` — causal softmax attention, ``y_r = Σ_{j≤r} softmax_j(q_r·k_j/√d_k) v_j``;
+* ``"linear"``  — linear attention with L2-normalised q, k: ``y_r = Σ_{j≤r} (q̂_r·k̂_j) v_j``;
+* ``"gla"``     — gated linear attention: a diagonal gate ``α_t = σ(W_g x_t + b) ∈ (0, 1)^{d_k}``
+  per key dimension, ``S_t = diag(α_t) S_{t−1} + k̂_t v_tᵀ``, ``y_t = S_tᵀ q̂_t``.
+
+Because the mixing weights do not depend on the value channel, the operator ``T`` of a mixer
+is the same for all value channels: :meth:`MixerLM.operator_factors` returns it once per
+sequence (dense attention matrix, or the factors ``C = q̂, B = k̂, log_a = log α``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import copy
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from lib.ess import spectrum
+from lib.ess.tasks import IGNORE, Vocab, delimited_mqar, mqar
+
+__all__ = ["MODEL_MIXERS", "ModelConfig", "MixerLM", "TrainConfig", "train", "accuracy",
+           "task_ess", "transition_penalty"]
+
+MODEL_MIXERS = ("softmax", "linear", "gla")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    mixer: str
+    d_k: int
+    d_model: int = 64
+    vocab_size: int = Vocab().size
+    gate_bias: float = 3.0          # GLA gates start near σ(3) ≈ 0.95: little forgetting
+
+    def __post_init__(self):
+        if self.mixer not in MODEL_MIXERS:
+            raise ValueError(f"mixer must be one of {MODEL_MIXERS}, got {self.mixer!r}")
+        if self.d_k < 1 or self.d_model < 1:
+            raise ValueError("d_k and d_model must be positive")
+
+
+class MixerLM(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        d, dk = cfg.d_model, cfg.d_k
+        self.embed = nn.Embedding(cfg.vocab_size, d)
+        self.W_q = nn.Linear(d, dk, bias=False)
+        self.W_k = nn.Linear(d, dk, bias=False)
+        self.W_v = nn.Linear(d, d, bias=False)
+        self.norm = nn.LayerNorm(d)
+        self.W_o = nn.Linear(d, cfg.vocab_size)
+        if cfg.mixer == "gla":
+            self.W_g = nn.Linear(d, dk)
+            nn.init.constant_(self.W_g.bias, cfg.gate_bias)
+
+    # -- pieces ------------------------------------------------------------------------
+    def _qkv(self, x: torch.Tensor):
+        x_prev = F.pad(x, (0, 0, 1, 0))[:, :-1]            # token shift: x_{j−1}, zero at j=0
+        q, k, v = self.W_q(x), self.W_k(x_prev), self.W_v(x)
+        if self.cfg.mixer != "softmax":
+            q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
+        return q, k, v
+
+    def log_gates(self, x: torch.Tensor) -> torch.Tensor | None:
+        """``log α_t`` (B, L, d_k) for GLA, None otherwise."""
+        return F.logsigmoid(self.W_g(x)) if self.cfg.mixer == "gla" else None
+
+    def _operator(self, q, k, log_a):
+        """The mixer's (B, L, L) operator: y = T v."""
+        L = q.shape[1]
+        causal = torch.ones(L, L, dtype=torch.bool, device=q.device).tril()
+        if self.cfg.mixer == "softmax":
+            scores = (q @ k.transpose(1, 2)) / self.cfg.d_k ** 0.5
+            return torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)
+        if log_a is None:
+            return (q @ k.transpose(1, 2)) * causal
+        S = torch.cumsum(log_a, dim=1)                                   # (B, L, d_k)
+        diff = (S[:, :, None, :] - S[:, None, :, :]).masked_fill(~causal[..., None], float("-inf"))
+        return (q[:, :, None, :] * torch.exp(diff) * k[:, None, :, :]).sum(-1)
+
+    # -- forward -------------------------------------------------------------------------
+    def forward(self, tokens: torch.Tensor, return_gates: bool = False):
+        x = self.embed(tokens)
+        q, k, v = self._qkv(x)
+        log_a = self.log_gates(x)
+        y = self._operator(q, k, log_a) @ v
+        logits = self.W_o(self.norm(y) + x)
+        return (logits, log_a) if return_gates else logits
+
+    @torch.no_grad()
+    def operator_factors(self, tokens: torch.Tensor) -> dict[str, np.ndarray]:
+        """The mixer's operator on ``tokens`` in fp64: ``{"T": (B, L, L)}`` for softmax, and
+        additionally ``{"C", "B", "log_a"}`` (B, L, d_k) for the recurrent mixers."""
+        m = copy.deepcopy(self).double()
+        x = m.embed(tokens)
+        q, k, _ = m._qkv(x)
+        log_a = m.log_gates(x)
+        out = {"T": m._operator(q, k, log_a).numpy()}
+        if self.cfg.mixer != "softmax":
+            out.update(C=q.numpy(), B=k.numpy(),
+                       log_a=np.zeros_like(q.numpy()) if log_a is None else log_a.numpy())
+        return out
+
+
+def transition_penalty(log_a: torch.Tensor | None) -> torch.Tensor:
+    """``mean_t ‖A_t − I‖_F`` with ``A_t = diag(α_t)``: the paper's regulariser against
+    forgetting (0 for mixers without transitions)."""
+    if log_a is None:
+        return torch.zeros(())
+    return torch.linalg.vector_norm(1.0 - torch.exp(log_a), dim=-1).mean()
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    n_pairs: int
+    steps: int = 300
+    batch: int = 64
+    lr: float = 3e-3
+    weight_decay: float = 0.0
+    reg: float = 0.0                 # λ of the transition regulariser
+    length: int | None = None        # sequence (or segment) length; None: 3·n_pairs
+    n_segments: int = 1              # > 1: the delimited task
+    p_absent: float = 0.0            # fraction of queries for unbound keys (answer: null)
+    vocab: Vocab = Vocab()
+
+
+def _batch(rng, tc: TrainConfig, batch: int):
+    if tc.n_segments > 1 or tc.p_absent > 0:
+        t, y, _ = delimited_mqar(rng, batch, tc.n_pairs, tc.n_segments, tc.length, tc.vocab,
+                                 tc.p_absent)
+    else:
+        t, y = mqar(rng, batch, tc.n_pairs, tc.length, tc.vocab)
+    return torch.from_numpy(t), torch.from_numpy(y)
+
+
+def train(cfg: ModelConfig, tc: TrainConfig, seed: int) -> tuple[MixerLM, list[float]]:
+    """Train a fresh model with Adam on freshly drawn batches; returns the model and the loss
+    curve. Deterministic given ``seed`` (model init from a forked torch RNG, data from
+    ``np.random.default_rng([seed, 1])``). Runs single-threaded."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)     # tiny models: one thread is fastest; parallelise across runs
+    try:
+        return _train(cfg, tc, seed)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train(cfg: ModelConfig, tc: TrainConfig, seed: int) -> tuple[MixerLM, list[float]]:
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = MixerLM(cfg)
+    rng = np.random.default_rng([seed, 1])
+    opt = torch.optim.AdamW(model.parameters(), lr=tc.lr, weight_decay=tc.weight_decay)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=tc.lr, total_steps=tc.steps,
+                                                pct_start=0.1)
+    losses = []
+    for _ in range(tc.steps):
+        tokens, targets = _batch(rng, tc, tc.batch)
+        logits, log_a = model(tokens, return_gates=True)
+        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=IGNORE)
+        total = loss + tc.reg * transition_penalty(log_a)
+        opt.zero_grad(set_to_none=True)
+        total.backward()
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+    return model, losses
+
+
+@torch.no_grad()
+def accuracy(model: MixerLM, tokens: np.ndarray, targets: np.ndarray) -> float:
+    """Fraction of query positions whose arg-max prediction is the bound value."""
+    logits = model(torch.from_numpy(tokens))
+    t = torch.from_numpy(targets)
+    mask = t != IGNORE
+    return float((logits.argmax(-1)[mask] == t[mask]).float().mean())
+
+
+def task_ess(model: MixerLM, tokens: np.ndarray, taus=(None, 1e-6, 1e-3, 1e-2)):
+    """ESS profiles of the trained mixer on ``tokens`` (B, L): a dict of ``(B, L)`` arrays
+    (keys as :func:`lib.ess.spectrum.ess_profile`), plus ``"tss"`` (L,) — the model's TSS per
+    position (``d_k``, or ``min(i, L−i)`` for softmax)."""
+    f = model.operator_factors(torch.from_numpy(tokens))
+    if model.cfg.mixer == "softmax":
+        svals = spectrum.hankel_singular_values(f["T"])
+    else:
+        svals = spectrum.factored_singular_values(f["C"], f["B"], f["log_a"])
+    out = spectrum.ess_profile(svals, taus)
+    L = tokens.shape[1]
+    i = np.arange(L)
+    out["tss"] = (np.minimum(i, L - i) if model.cfg.mixer == "softmax"
+                  else np.full(L, model.cfg.d_k)).astype(float)
+    return out
+
+
+def config_dict(cfg: ModelConfig, tc: TrainConfig) -> dict:
+    """A flat, JSON-able description of a run."""
+    d = {**asdict(cfg), **{k: v for k, v in asdict(tc).items() if k != "vocab"}}
+    d.update(n_keys=tc.vocab.n_keys, n_values=tc.vocab.n_values)
+    return d
+
+
+# -- experiments (one trained model per call, for lib.sweep) --------------------------------
+
+def _positions_mean(a: np.ndarray, start: int = 1) -> float:
+    return float(np.mean(a[..., start:]))
+
+
+def run_mqar(mixer: str, d_k: int, n_pairs: int, seed: int, *, length: int = 48,
+             steps: int = 300, batch: int = 32, lr: float = 3e-3, d_model: int = 48,
+             reg: float = 0.0, n_eval: int = 256, n_ess: int = 16) -> dict:
+    """Train one model on MQAR and measure it: test accuracy, and ESS / TSS of its mixer on
+    ``n_ess`` test sequences, averaged over sequences and positions ``1 … ℓ−1`` (``ess_*``,
+    ``tss``) and over the query phase ``2κ … ℓ−1`` only (``*_query``)."""
+    vocab = Vocab()
+    cfg = ModelConfig(mixer, d_k, d_model=d_model, vocab_size=vocab.size)
+    tc = TrainConfig(n_pairs=n_pairs, steps=steps, batch=batch, lr=lr, reg=reg, length=length,
+                     vocab=vocab)
+    model, losses = train(cfg, tc, seed)
+    tokens, targets = mqar(np.random.default_rng([seed, 2]), n_eval, n_pairs, length, vocab)
+    prof = task_ess(model, tokens[:n_ess])
+    out = {"accuracy": accuracy(model, tokens, targets), "final_loss": float(np.mean(losses[-20:])),
+           "tss": _positions_mean(prof["tss"]), "tss_query": _positions_mean(prof["tss"], 2 * n_pairs)}
+    for key, value in prof.items():
+        if key != "tss":
+            name = key.replace("tol=", "ess_tol_").replace("entropy", "ess_entropy")
+            out[name] = _positions_mean(value)
+            out[name + "_query"] = _positions_mean(value, 2 * n_pairs)
+    if mixer == "gla":
+        with torch.no_grad():
+            _, log_a = model(torch.from_numpy(tokens[:n_ess]), return_gates=True)
+        out["mean_gate"] = float(torch.exp(log_a).mean())
+    return out
+
+
+def run_delimited(d_k: int, n_pairs: int, seed: int, *, delimited: bool, n_segments: int = 3,
+                  segment_length: int = 16, n_keys: int = 8, p_absent: float = 0.25,
+                  steps: int = 400, batch: int = 32, lr: float = 3e-3, d_model: int = 48,
+                  n_eval: int = 256, n_ess: int = 16, tau: float = 1e-2) -> dict:
+    """Train a GLA model on the delimited task (``delimited=True``) or on single segments of the
+    same task (no delimiter ever seen), then measure both on delimited sequences: accuracy, the
+    ESS profile over positions (tolerance ``tau``, mean over sequences), the mean gate, the ESS
+    right after each delimiter (position ``d+1``: the state that has just read the delimiter)
+    and the mean ESS elsewhere — at the other positions where the block shape does not cap the
+    rank (``min(i, ℓ−i) > d_k``)."""
+    vocab = Vocab(n_keys=n_keys)
+    cfg = ModelConfig("gla", d_k, d_model=d_model, vocab_size=vocab.size)
+    tc = TrainConfig(n_pairs=n_pairs, steps=steps, batch=batch, lr=lr, length=segment_length,
+                     n_segments=n_segments if delimited else 1, p_absent=p_absent, vocab=vocab)
+    model, _ = train(cfg, tc, seed)
+    tokens, targets, delims = delimited_mqar(np.random.default_rng([seed, 2]), n_eval, n_pairs,
+                                             n_segments, segment_length, vocab, p_absent)
+    prof = task_ess(model, tokens[:n_ess], taus=(tau,))
+    ess = prof[f"tol={tau:g}"].mean(axis=0)
+    L = len(ess)
+    i = np.arange(L)
+    after = delims + 1
+    others = np.setdiff1d(i[np.minimum(i, L - i) > d_k], after)
+    with torch.no_grad():
+        _, log_a = model(torch.from_numpy(tokens[:n_ess]), return_gates=True)
+    gate = torch.exp(log_a).mean(dim=(0, 2)).numpy()
+    return {"accuracy": accuracy(model, tokens, targets), "ess_profile": ess,
+            "entropy_profile": prof["entropy"].mean(axis=0), "gate_profile": gate,
+            "delimiters": delims, "ess_after": float(ess[after].mean()),
+            "ess_elsewhere": float(ess[others].mean())}

@@ -1,0 +1,154 @@
+"""Effective state-size of a causal operator, from the singular values of its Hankel blocks.
+
+A causal sequence model applied to a fixed input acts on one channel as ``y = T u`` with
+``T`` lower triangular (ℓ × ℓ). At position ``i`` (0-based) the block
+
+    H_i = T[i:, :i]          (all present/future outputs × all strictly past inputs)
+
+is the only way the past can influence the future, so any recurrent realisation factors it as
+``H_i = O_i R_i`` through its state at ``i`` and ``rank H_i`` is the smallest state that can
+carry the past forward: the *effective state-size* ``ESS_i``.
+
+Two ways to count, both computed here from the singular values ``σ_1 ≥ σ_2 ≥ …`` of ``H_i``:
+
+* tolerance-ESS: ``#{m : σ_m > τ σ_1}`` (relative tolerance ``τ``; ``τ=None`` uses NumPy's
+  numerical-rank threshold ``σ_1 · max(shape) · eps``, the "exact" rank in floating point);
+* entropy-ESS: ``exp(−Σ p_m log p_m)`` with ``p_m = σ_m / Σ σ``.
+
+Every array here is fp64 and batched over leading dimensions: ``T`` has shape ``(..., ℓ, ℓ)``
+and the per-position results ``(..., ℓ)`` (``ESS_0 = 0``: nothing lies in the past).
+
+For operators given in factored diagonal form (linear attention, gated linear attention,
+diagonal SSMs, scalar recurrences),
+
+    T[r, j] = Σ_n C[r, n] · exp(Σ_{t=j+1}^{r} log_a[t, n]) · B[j, n]        (j ≤ r),
+
+:func:`factored_singular_values` never builds ``H_i``: it QR-factors the two thin factors
+``O_i`` ((ℓ−i) × N) and ``R_iᵀ`` (i × N) and takes the singular values of the small product of
+their triangular parts, O(ℓ N²) per position instead of a dense SVD.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["hankel_singular_values", "factored_singular_values", "factored_operator",
+           "tolerance_ess", "entropy_ess", "ess_profile"]
+
+
+def _check_square(T: np.ndarray) -> np.ndarray:
+    T = np.asarray(T, dtype=np.float64)
+    if T.ndim < 2 or T.shape[-1] != T.shape[-2]:
+        raise ValueError(f"expected an operator of shape (..., ℓ, ℓ), got {T.shape}")
+    return T
+
+
+def hankel_singular_values(T: np.ndarray) -> list[np.ndarray]:
+    """Singular values of ``H_i = T[..., i:, :i]`` for every position ``i``.
+
+    Returns a list of length ℓ; entry ``i`` has shape ``(..., min(i, ℓ−i))`` (entry 0 is empty),
+    sorted in decreasing order.
+    """
+    T = _check_square(T)
+    ell = T.shape[-1]
+    batch = T.shape[:-2]
+    out = [np.zeros(batch + (0,))]
+    for i in range(1, ell):
+        out.append(np.linalg.svd(T[..., i:, :i], compute_uv=False))
+    return out
+
+
+def _segment_products(log_a: np.ndarray) -> np.ndarray:
+    """``P[..., r, j, n] = exp(Σ_{t=j+1}^{r} log_a[..., t, n])`` for j ≤ r, 0 above the diagonal.
+
+    Built from the prefix sums of ``log_a`` with the upper triangle masked *before* the
+    exponential (so nothing overflows); fp64 keeps the subtraction accurate for the short
+    sequences of this chapter.
+    """
+    S = np.cumsum(log_a, axis=-2)                       # (..., ℓ, N)
+    diff = S[..., :, None, :] - S[..., None, :, :]      # (..., ℓ, ℓ, N): S_r − S_j
+    ell = log_a.shape[-2]
+    lower = np.tril(np.ones((ell, ell), dtype=bool))[..., None]
+    return np.where(lower, np.exp(np.where(lower, diff, -np.inf)), 0.0)
+
+
+def factored_operator(C: np.ndarray, B: np.ndarray, log_a: np.ndarray | None = None) -> np.ndarray:
+    """The dense operator ``T`` of a diagonal recurrence given by ``C, B, log_a`` (each
+    ``(..., ℓ, N)``; ``log_a=None`` means no decay, i.e. linear attention)."""
+    C, B = np.asarray(C, np.float64), np.asarray(B, np.float64)
+    if log_a is None:
+        return np.tril(C @ np.swapaxes(B, -1, -2))
+    P = _segment_products(np.asarray(log_a, np.float64))
+    return np.einsum("...rn,...rjn,...jn->...rj", C, P, B)
+
+
+def factored_singular_values(C: np.ndarray, B: np.ndarray,
+                             log_a: np.ndarray | None = None) -> list[np.ndarray]:
+    """Singular values of every ``H_i`` of a diagonal recurrence, from its factors.
+
+    ``H_i = O_i R_i`` with ``O_i[r, n] = C[r, n] · Π_{t=i}^{r} a[t, n]`` (rows r ≥ i) and
+    ``R_i[n, j] = Π_{t=j+1}^{i−1} a[t, n] · B[j, n]`` (columns j < i). With ``O_i = Q_o U_o`` and
+    ``R_iᵀ = Q_r U_r`` (thin QR), ``H_i = Q_o (U_o U_rᵀ) Q_rᵀ`` has the singular values of the
+    small matrix ``U_o U_rᵀ``. Same output layout as :func:`hankel_singular_values`.
+    """
+    C, B = np.asarray(C, np.float64), np.asarray(B, np.float64)
+    if C.shape != B.shape or C.ndim < 2:
+        raise ValueError(f"C and B must share a shape (..., ℓ, N); got {C.shape} and {B.shape}")
+    log_a = np.zeros_like(C) if log_a is None else np.asarray(log_a, np.float64)
+    if log_a.shape != C.shape:
+        raise ValueError(f"log_a must have the shape of C, {C.shape}; got {log_a.shape}")
+    ell = C.shape[-2]
+    S = np.cumsum(log_a, axis=-2)            # S[t] = Σ_{s ≤ t} log a[s]
+    batch = C.shape[:-2]
+    out = [np.zeros(batch + (0,))]
+    for i in range(1, ell):
+        # Π_{t=i}^{r} a_t = exp(S_r − S_{i−1});  Π_{t=j+1}^{i−1} a_t = exp(S_{i−1} − S_j)
+        ref = S[..., i - 1:i, :]
+        O = C[..., i:, :] * np.exp(S[..., i:, :] - ref)
+        R = B[..., :i, :] * np.exp(ref - S[..., :i, :])
+        U_o = np.linalg.qr(O, mode="r")
+        U_r = np.linalg.qr(R, mode="r")
+        small = U_o @ np.swapaxes(U_r, -1, -2)
+        s = np.linalg.svd(small, compute_uv=False)
+        k = min(i, ell - i)                 # pad with exact zeros to the layout of the dense path
+        pad = np.zeros(batch + (max(k - s.shape[-1], 0),))
+        out.append(np.concatenate([s[..., :k], pad], axis=-1))
+    return out
+
+
+def tolerance_ess(svals: list[np.ndarray], tau: float | None = None) -> np.ndarray:
+    """``#{σ_m > τ σ_1}`` per position, shape ``(..., ℓ)``. ``tau=None``: NumPy's numerical
+    rank threshold ``σ_1 · max(ℓ−i, i) · eps`` (the rank of the exact operator up to rounding)."""
+    ell = len(svals)
+    batch = svals[0].shape[:-1]
+    ess = np.zeros(batch + (ell,))
+    for i, s in enumerate(svals):
+        if s.shape[-1] == 0:
+            continue
+        smax = s[..., :1]
+        thr = smax * (max(i, ell - i) * np.finfo(np.float64).eps if tau is None else tau)
+        ess[..., i] = np.sum((s > thr) & (smax > 0), axis=-1)
+    return ess
+
+
+def entropy_ess(svals: list[np.ndarray]) -> np.ndarray:
+    """``exp(H(p))`` with ``p = σ / Σσ`` per position, shape ``(..., ℓ)`` (0 where H_i = 0)."""
+    ell = len(svals)
+    batch = svals[0].shape[:-1]
+    ess = np.zeros(batch + (ell,))
+    for i, s in enumerate(svals):
+        if s.shape[-1] == 0:
+            continue
+        total = s.sum(axis=-1, keepdims=True)
+        p = np.divide(s, total, out=np.zeros_like(s), where=total > 0)
+        plogp = np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0)
+        ess[..., i] = np.where(total[..., 0] > 0, np.exp(-plogp.sum(axis=-1)), 0.0)
+    return ess
+
+
+def ess_profile(svals: list[np.ndarray], taus=(None, 1e-6, 1e-3, 1e-2)) -> dict[str, np.ndarray]:
+    """Tolerance-ESS at each ``τ`` (keys ``"tol=exact"``, ``"tol=1e-06"``, …) and entropy-ESS
+    (key ``"entropy"``), each ``(..., ℓ)``."""
+    out = {("tol=exact" if t is None else f"tol={t:g}"): tolerance_ess(svals, t) for t in taus}
+    out["entropy"] = entropy_ess(svals)
+    return out

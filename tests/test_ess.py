@@ -1,0 +1,192 @@
+"""Tests of lib.ess: Hankel-block spectra, operator rank formulas, tasks, tiny models."""
+
+import numpy as np
+import pytest
+import torch
+
+from lib.ess import models as M
+from lib.ess import operators as O
+from lib.ess import spectrum as S
+from lib.ess import tasks as T
+
+# -- spectrum ----------------------------------------------------------------------------------
+
+
+def test_memoryless_and_cumulative_sum_by_hand():
+    ell = 6
+    # y = u (no memory): every H_i is zero, so ESS = 0 at every position.
+    assert np.all(S.tolerance_ess(S.hankel_singular_values(np.eye(ell))) == 0)
+    assert np.all(S.entropy_ess(S.hankel_singular_values(np.eye(ell))) == 0)
+    # y_i = Σ_{j≤i} u_j: H_i is the all-ones (ℓ−i)×i block, rank 1, one singular value √(i(ℓ−i)).
+    sv = S.hankel_singular_values(np.tril(np.ones((ell, ell))))
+    assert np.allclose(S.tolerance_ess(sv), [0, 1, 1, 1, 1, 1])
+    assert np.allclose(S.entropy_ess(sv), [0, 1, 1, 1, 1, 1])
+    assert sv[2][0] == pytest.approx(np.sqrt(2 * 4))
+
+
+def test_entropy_ess_of_flat_and_tolerance_counting():
+    # a block with k equal singular values has entropy-ESS exactly k
+    ell = 8
+    Tm = np.zeros((ell, ell))
+    Tm[4:7, 1:4] = np.eye(3)[::-1]                   # H_4 contains a 3×3 anti-identity
+    sv = S.hankel_singular_values(Tm)
+    assert S.entropy_ess(sv)[4] == pytest.approx(3.0)
+    # singular values 1, 0.1, 0.001: τ = 1e-2 keeps two, τ = 1e-4 keeps three
+    sv = [np.zeros(0), np.array([1.0, 0.1, 1e-3])]
+    assert S.tolerance_ess(sv, 1e-2)[1] == 2
+    assert S.tolerance_ess(sv, 1e-4)[1] == 3
+
+
+def test_factored_path_matches_dense_svd():
+    rng = np.random.default_rng(0)
+    for make in (O.linear_attention_operator, O.gla_operator, O.diagonal_ssm_operator):
+        Tm, factors = make(rng, 20, channels=3)
+        assert np.allclose(S.factored_operator(*factors), Tm)
+        fast, dense = S.factored_singular_values(*factors), S.hankel_singular_values(Tm)
+        for f, d in zip(fast, dense):
+            assert f.shape == d.shape
+            assert np.allclose(f, d, atol=1e-12 * max(d.max(initial=0), 1))
+
+
+def test_segment_products_brute_force():
+    rng = np.random.default_rng(1)
+    log_a = np.log(rng.uniform(0.3, 1.0, size=(5, 2)))
+    P = S._segment_products(log_a)
+    for r in range(5):
+        for j in range(5):
+            want = np.prod(np.exp(log_a[j + 1:r + 1]), axis=0) if j <= r else np.zeros(2)
+            assert np.allclose(P[r, j], want)
+
+
+def test_bad_shapes_are_refused():
+    with pytest.raises(ValueError, match="shape"):
+        S.hankel_singular_values(np.zeros((3, 4)))
+    with pytest.raises(ValueError, match="share a shape"):
+        S.factored_singular_values(np.zeros((4, 2)), np.zeros((4, 3)))
+
+
+# -- operators: the rank formulas ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mixer, make, size", [
+    ("softmax", lambda r, n: O.softmax_attention_operator(r, n, 16, 2), {}),
+    ("swa", lambda r, n: O.sliding_window_operator(r, n, 5, 16, 2), {"window": 5}),
+    ("conv", lambda r, n: O.convolution_operator(r, n, 4, 2), {"k": 4}),
+    ("linear", lambda r, n: O.linear_attention_operator(r, n, 3, 2)[0], {"d_k": 3}),
+    ("gla", lambda r, n: O.gla_operator(r, n, 3, 2)[0], {"d_k": 3}),
+    ("scalar", lambda r, n: O.scalar_recurrence_operator(r, n, 2)[0], {}),
+])
+def test_generic_rank_formulas(mixer, make, size):
+    ell = 24
+    Tm = make(np.random.default_rng(2), ell)
+    ess = S.tolerance_ess(S.hankel_singular_values(Tm))
+    assert np.array_equal(ess, np.broadcast_to(O.generic_ess(mixer, ell, **size), ess.shape))
+    assert np.all(ess <= O.tss(mixer, ell, **size))
+
+
+def test_swr_pattern_by_hand_and_through_the_kernel():
+    # block 4, ℓ = 12: block 0 → 1; starts of blocks 1, 2 → 1; inside block 1 → 2; block 2 is last → 1
+    want = [0, 1, 1, 1, 1, 2, 2, 2, 1, 1, 1, 1]
+    assert O.swr_ess(12, 4).tolist() == want
+    Tm, _ = O.swr_operator(np.random.default_rng(3), 12, block=4, channels=2)
+    assert np.allclose(np.triu(Tm, 1), 0)                      # causal
+    ess = S.tolerance_ess(S.hankel_singular_values(Tm))
+    assert np.array_equal(ess, np.broadcast_to(want, ess.shape))
+    # ℓ not a multiple of the block: the partial last block still counts as "a next block"
+    Tm, _ = O.swr_operator(np.random.default_rng(4), 13, block=4)
+    assert np.array_equal(S.tolerance_ess(S.hankel_singular_values(Tm))[0], O.swr_ess(13, 4))
+
+
+def test_ill_conditioned_ssm_loses_directions_at_coarse_tolerance():
+    Tm, _ = O.diagonal_ssm_operator(np.random.default_rng(5), 48, n_state=8)
+    sv = S.hankel_singular_values(Tm)
+    exact, coarse = S.tolerance_ess(sv), S.tolerance_ess(sv, 1e-2)
+    assert exact.max() <= 8
+    assert coarse.mean() < exact.mean()
+
+
+def test_tss_needs_its_sizes():
+    with pytest.raises(ValueError, match="d_k"):
+        O.tss("linear", 8)
+    with pytest.raises(ValueError, match="unknown"):
+        O.tss("lstm", 8)
+
+
+# -- tasks -----------------------------------------------------------------------------------
+
+
+def test_mqar_targets_are_the_bound_values():
+    vocab = T.Vocab()
+    tokens, targets = T.mqar(np.random.default_rng(0), 5, 4, length=20)
+    assert tokens.shape == targets.shape == (5, 20)
+    for t, y in zip(tokens, targets):
+        binding = dict(zip(t[0:8:2], t[1:8:2]))
+        assert len(binding) == 4                                   # distinct keys
+        q = np.flatnonzero(y != T.IGNORE)
+        assert len(q) == 4 and q.min() >= 8
+        assert all(binding[t[p]] == y[p] for p in q)
+        assert np.all(t[8:][y[8:] == T.IGNORE] == vocab.filler)
+
+
+def test_delimited_task_absent_keys_and_determinism():
+    vocab = T.Vocab(n_keys=6)
+    rng = lambda: np.random.default_rng(7)
+    tokens, targets, delims = T.delimited_mqar(rng(), 64, 3, 3, 12, vocab, p_absent=0.5)
+    assert tokens.shape == (64, 38) and delims.tolist() == [12, 25]
+    assert np.all(tokens[:, delims] == vocab.delimiter)
+    nulls = 0
+    for t, y in zip(tokens, targets):
+        for start in (0, 13, 26):
+            seg_t, seg_y = t[start:start + 12], y[start:start + 12]
+            binding = dict(zip(seg_t[0:6:2], seg_t[1:6:2]))
+            for p in np.flatnonzero(seg_y != T.IGNORE):
+                want = binding.get(seg_t[p], vocab.null)
+                assert seg_y[p] == want
+                nulls += want == vocab.null
+    assert nulls > 0
+    again = T.delimited_mqar(rng(), 64, 3, 3, 12, vocab, p_absent=0.5)
+    assert np.array_equal(again[0], tokens) and np.array_equal(again[1], targets)
+
+
+def test_task_arguments_are_checked():
+    with pytest.raises(ValueError, match="length"):
+        T.mqar(np.random.default_rng(0), 2, 4, length=10)
+    with pytest.raises(ValueError, match="n_keys > n_pairs"):
+        T.delimited_mqar(np.random.default_rng(0), 2, 4, 2, vocab=T.Vocab(n_keys=4))
+
+
+# -- models ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mixer", M.MODEL_MIXERS)
+def test_operator_factors_reproduce_the_mixer(mixer):
+    torch.manual_seed(0)
+    model = M.MixerLM(M.ModelConfig(mixer, d_k=3, d_model=8)).double()
+    tokens = torch.from_numpy(T.mqar(np.random.default_rng(0), 2, 3, length=12)[0])
+    f = model.operator_factors(tokens)
+    Tm = f["T"]
+    assert Tm.shape == (2, 12, 12) and np.allclose(np.triu(Tm, 1), 0)
+    x = model.embed(tokens)
+    v = model._qkv(x)[2]
+    assert np.allclose(Tm @ v.detach().numpy(),
+                       model._operator(*model._qkv(x)[:2], model.log_gates(x)).detach() @ v.detach())
+    if mixer != "softmax":
+        assert np.allclose(S.factored_operator(f["C"], f["B"], f["log_a"]), Tm)
+        ess = M.task_ess(model, tokens.numpy())
+        assert np.all(ess["tol=exact"] <= 3) and np.all(ess["tss"] == 3)
+
+
+def test_training_is_deterministic_and_learns():
+    cfg = M.ModelConfig("softmax", d_k=8, d_model=32)
+    tc = M.TrainConfig(n_pairs=2, steps=40, batch=16, lr=1e-2)
+    m1, l1 = M.train(cfg, tc, seed=3)
+    m2, l2 = M.train(cfg, tc, seed=3)
+    assert l1 == l2
+    assert np.mean(l1[-5:]) < np.mean(l1[:5])
+
+
+def test_transition_penalty():
+    assert float(M.transition_penalty(torch.zeros(2, 5, 3))) == 0.0          # α = 1: no forgetting
+    log_a = torch.log(torch.full((1, 1, 4), 0.5))
+    assert float(M.transition_penalty(log_a)) == pytest.approx(1.0)           # ‖(0.5,…)‖ = 1
+    assert float(M.transition_penalty(None)) == 0.0
