@@ -461,6 +461,33 @@ def train_run(method: str, seed: int, setting: Setting, steps: int, lr: float,
     return {**trajectory(setting, history, other, ks), "logits": history[-1]}
 
 
+def tree_squeeze(shape: Sequence[int], seed: int, steps: int, lr: float, root: int = 0,
+                 methods: Sequence[str] = ("REINFORCE", "RL-rej", "KL-GRPO"), **hyper) -> dict:
+    """Squeezing on a random tree of ``shape = (L, M, C)`` (``M0 = M``), with the true chain as
+    the base model: for each method, the final/base ratios of TASK1's path entropy and
+    hard-chain mass, and of TASK2's valid mass (its chance of reaching its target at all).
+    Needs no enumeration of correct sets, so it runs on trees of any size."""
+    n_layers, m, c = shape
+    rng = np.random.default_rng([root, seed])
+    tree = random_tmc(n_layers, m, m, c, rng)
+    base = [np.log(p) for p in tree.probs]
+    s1, s2 = (Setting.of(tree, t, base) for t in tree.tasks)
+
+    def summary(logits):
+        trans = softmax(logits)
+        pi1, pi2 = path_probs(trans, s1.paths), path_probs(trans, s2.paths)
+        return (path_entropy(pi1), coverage(pi1, s1.classes)[HARD],
+                1 - coverage(pi2, s2.classes)[INVALID])
+
+    start = summary(base)
+    out = {"paths": len(s1.paths)}
+    for method in methods:
+        end = summary(post_train(s1, method, steps, lr, rng, steps, **hyper)[-1])
+        for name, a, b in zip(("entropy", "hard mass", "TASK2 valid mass"), end, start):
+            out[f"{method}: {name}"] = a / b
+    return out
+
+
 def kl_tilt(pi_ref: np.ndarray, reward: np.ndarray, beta: float) -> np.ndarray:
     """The maximiser over all path distributions of E_π[reward] − β·KL(π ‖ π_ref):
     π* ∝ π_ref·exp(reward/β)."""
