@@ -1,0 +1,371 @@
+"""Chapter 02: sliding-window recurrences (SWR) and Phalanx layers (arXiv:2512.13921).
+
+Three parts, each used by the chapter and tested in ``tests/test_phalanx.py``:
+
+* **theory** — the jagged window, the exact truncation error and its bound, the work/depth table;
+* **layers** — the Phalanx layer on :func:`kernels.swr.swr`, sliding-window attention over the
+  same jagged window, full causal attention, and a small pre-norm decoder whose mixer per layer
+  follows a pattern such as ``"LLLG"`` (3 local : 1 global);
+* **corpus and training** — bytes of a fixed list of Python standard-library modules (read from
+  the running interpreter, hashed), a fixed train/validation split, and a tiny training loop.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import sysconfig
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from kernels.swr import naive, swr
+from kernels.swr.bench import swa_blocked
+
+# ---------------------------------------------------------------------------------------------
+# theory
+# ---------------------------------------------------------------------------------------------
+window_start = naive.window_start
+window_length = naive.window_length
+
+
+def error_bound(rho: float, length: int, block: int, u_inf: float) -> np.ndarray:
+    """``ρ^{w_i} ‖u‖∞ / (1 − ρ)`` for every position: the truncation error bound when all
+    coefficients satisfy ``|a| ≤ ρ < 1`` (0 in blocks 0 and 1, which are exact)."""
+    w = window_length(length, block).numpy().astype(float)
+    bound = rho ** w * u_inf / (1.0 - rho)
+    bound[window_start(length, block).numpy() == 0] = 0.0
+    return bound
+
+
+def truncation_experiment(rho: float, length: int, block: int, channels: int, seed: int,
+                          jitter: float = 0.0) -> dict:
+    """One fp64 draw: ``u ~ N(0, 1)`` and ``a_i = ρ`` (or uniform in ``[ρ(1−jitter), ρ]``);
+    returns the measured error ``|x − x̃|`` (max over channels), the exact identity and the
+    bound at every position."""
+    g = torch.Generator().manual_seed(seed)
+    a = rho * (1 - jitter * torch.rand(1, 1, length, generator=g, dtype=torch.float64))
+    u = torch.randn(1, 1, length, channels, generator=g, dtype=torch.float64)
+    full = naive.scan_reference(a, u)
+    approx = swr(a, u, block=block)
+    err = (full - approx)[0, 0]
+    identity = naive.truncation_error(a, full, block)[0, 0]
+    bound = error_bound(rho, length, block, float(u.abs().max()))
+    return {"error": err.abs().max(-1).values.numpy(), "identity": identity.abs().max(-1).values.numpy(),
+            "identity_gap": float((err - identity).abs().max()),
+            "bound": bound, "bound_ratio": float(np.max(err.abs().max(-1).values.numpy()
+                                                        / np.where(bound > 0, bound, np.inf)))}
+
+
+def implementation_agreement(shapes, block: int = 16, seed: int = 0) -> dict:
+    """Max |difference| (fp64) of B2P (``chunked``), the compiled kernel, the masked operator
+    ``L ⊙ M`` and streaming decode against the window definition, over ``shapes`` (B, H, L, D)."""
+    from kernels.swr import SWRState, available_impls
+
+    worst: dict[str, float] = {}
+    for n, (B, H, L, D) in enumerate(shapes):
+        g = torch.Generator().manual_seed(seed + n)
+        a = 0.05 + 0.94 * torch.rand(B, H, L, generator=g, dtype=torch.float64)
+        u = torch.randn(B, H, L, D, generator=g, dtype=torch.float64)
+        ref = naive.swr_reference(a, u, block)
+        outs = {"masked": naive.swr_masked(a, u, block),
+                "decode": SWRState(B, H, D, block=block, dtype=torch.float64).run(a, u)}
+        for impl in available_impls("cpu"):
+            if impl != "reference":
+                outs[impl] = swr(a, u, block=block, impl=impl)
+        for name, y in outs.items():
+            worst[name] = max(worst.get(name, 0.0), float((y - ref).abs().max()))
+    return worst
+
+
+def cost_table():
+    """Work and depth of one sequence mixer over ``n`` tokens (``ℓ`` block, ``w`` window), the
+    paper's comparison; our CPU timings come from :mod:`kernels.swr.bench`."""
+    import pandas as pd
+
+    rows = [("full attention", "O(n²·d)", "O(1)", "quadratic work"),
+            ("sliding-window attention", "O(n·w·d)", "O(1)", "window w = 2ℓ here"),
+            ("recurrence, sequential scan", "O(n·d)", "O(n)", "one step at a time"),
+            ("recurrence, parallel scan", "O(n·d)", "O(log n)", "GLA/Mamba-type kernels"),
+            ("SWR, block two-pass", "O(n·ℓ·d)", "O(1)", "two passes, neighbour-only carry")]
+    return pd.DataFrame(rows, columns=["mixer", "work", "depth", "note"]).set_index("mixer")
+
+
+# ---------------------------------------------------------------------------------------------
+# corpus
+# ---------------------------------------------------------------------------------------------
+#: The corpus: these standard-library modules, in this order (source bytes of the running
+#: interpreter; their SHA-256 is recorded, since another Python version has other bytes).
+CORPUS_MODULES = ("textwrap", "string", "json/encoder", "json/decoder", "csv", "heapq", "bisect",
+                  "queue", "fractions", "statistics", "difflib", "argparse", "calendar", "shlex",
+                  "pprint", "functools", "dataclasses", "tokenize")
+
+
+@dataclass
+class Corpus:
+    train: torch.Tensor       # uint8 → long byte ids
+    valid: torch.Tensor
+    hashes: dict[str, str]    # module → sha256 of its source bytes
+    n_bytes: int
+
+
+def load_corpus(modules=CORPUS_MODULES, valid_fraction: float = 0.1) -> Corpus:
+    """Bytes of ``modules`` concatenated; the last ``valid_fraction`` of *each* module is held
+    out (so both splits cover every module and no text crosses the split)."""
+    if not 0 < valid_fraction < 1:
+        raise ValueError(f"valid_fraction must lie in (0, 1), got {valid_fraction}")
+    root = Path(sysconfig.get_paths()["stdlib"])
+    train, valid, hashes = [], [], {}
+    for name in modules:
+        path = root / f"{name}.py"
+        if not path.is_file():
+            raise ValueError(f"corpus module {name!r} not found at {path}")
+        data = path.read_bytes()
+        hashes[name] = hashlib.sha256(data).hexdigest()
+        cut = int(len(data) * (1 - valid_fraction))
+        train.append(data[:cut])
+        valid.append(data[cut:])
+    to_ids = lambda parts: torch.frombuffer(bytearray(b"".join(parts)), dtype=torch.uint8).long()
+    tr, va = to_ids(train), to_ids(valid)
+    return Corpus(train=tr, valid=va, hashes=hashes, n_bytes=len(tr) + len(va))
+
+
+def sample_batch(data: torch.Tensor, batch: int, seq_len: int, generator: torch.Generator):
+    """Random windows: inputs ``(batch, seq_len)`` and next-byte targets."""
+    start = torch.randint(0, len(data) - seq_len - 1, (batch,), generator=generator)
+    idx = start[:, None] + torch.arange(seq_len + 1)
+    chunk = data[idx]
+    return chunk[:, :-1], chunk[:, 1:]
+
+
+def valid_batches(data: torch.Tensor, seq_len: int, max_windows: int):
+    """The fixed validation set: consecutive non-overlapping windows from the start."""
+    n = min(max_windows, (len(data) - 1) // seq_len)
+    idx = torch.arange(n)[:, None] * seq_len + torch.arange(seq_len + 1)
+    chunk = data[idx]
+    return chunk[:, :-1], chunk[:, 1:]
+
+
+# ---------------------------------------------------------------------------------------------
+# layers
+# ---------------------------------------------------------------------------------------------
+HEAD_DIM = 16
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, d: int, eps: float = 1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d))
+        self.eps = eps
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, d: int, hidden: int):
+        super().__init__()
+        self.gate_up = nn.Linear(d, 2 * hidden, bias=False)
+        self.down = nn.Linear(hidden, d, bias=False)
+
+    def forward(self, x):
+        gate, up = self.gate_up(x).chunk(2, dim=-1)
+        return self.down(F.silu(gate) * up)
+
+
+def rotary(x: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
+    """Rotary position embedding on ``(B, H, L, D)`` (D even)."""
+    L, D = x.shape[-2], x.shape[-1]
+    freq = base ** (-torch.arange(0, D, 2, dtype=torch.float32) / D)
+    ang = torch.arange(L, dtype=torch.float32)[:, None] * freq
+    cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2)
+
+
+class Attention(nn.Module):
+    """Multi-head causal softmax attention with RoPE: full (``window=None``) or restricted to
+    SWR's jagged window of block ``window`` (blocks ``t−1`` and ``t``), computed in blocks."""
+
+    def __init__(self, d: int, window: int | None = None):
+        super().__init__()
+        if d % HEAD_DIM:
+            raise ValueError(f"d_model must be a multiple of {HEAD_DIM}, got {d}")
+        self.heads = d // HEAD_DIM
+        self.window = window
+        self.qkv = nn.Linear(d, 3 * d, bias=False)
+        self.out = nn.Linear(d, d, bias=False)
+
+    def forward(self, x):
+        B, L, d = x.shape
+        q, k, v = self.qkv(x).view(B, L, 3, self.heads, HEAD_DIM).permute(2, 0, 3, 1, 4)
+        q, k = rotary(q), rotary(k)
+        if self.window is None:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            y = swa_blocked(q, k, v, self.window)
+        return self.out(y.transpose(1, 2).reshape(B, L, d))
+
+
+class Phalanx(nn.Module):
+    """The Phalanx mixer: per head (16 channels) one decay ``a = σ(W_a x + b_a)``; per channel a
+    sigmoid pre-gate ``B``, a linear post-gate ``C`` and values ``V``;
+    ``h = SWR(a, B ⊙ V)``, ``y = C ⊙ h + V``, ``out = W_o y``. ``bc_heads`` < heads shares
+    B and C across groups of heads (GQA-style)."""
+
+    def __init__(self, d: int, block: int = 16, bc_heads: int | None = None,
+                 decay_range: tuple[float, float] = (0.5, 0.95), impl: str = "auto"):
+        super().__init__()
+        if d % HEAD_DIM:
+            raise ValueError(f"d_model must be a multiple of {HEAD_DIM}, got {d}")
+        self.heads = d // HEAD_DIM
+        self.bc_heads = bc_heads or self.heads
+        if self.heads % self.bc_heads:
+            raise ValueError(f"bc_heads={self.bc_heads} must divide heads={self.heads}")
+        self.block, self.impl = block, impl
+        self.decay = nn.Linear(d, self.heads)
+        self.bc = nn.Linear(d, 2 * self.bc_heads * HEAD_DIM)
+        self.value = nn.Linear(d, d, bias=False)
+        self.out = nn.Linear(d, d, bias=False)
+        with torch.no_grad():  # [choice] initial decays spread over decay_range across heads
+            lo, hi = decay_range
+            target = torch.linspace(lo, hi, self.heads)
+            self.decay.bias.copy_(torch.log(target / (1 - target)))
+            self.decay.weight.mul_(0.1)
+
+    def forward(self, x):
+        B_, L, d = x.shape
+        a = torch.sigmoid(self.decay(x)).clamp(min=1e-6).transpose(1, 2)  # (B, H, L)
+        b, c = self.bc(x).view(B_, L, 2, self.bc_heads, HEAD_DIM).unbind(2)
+        rep = self.heads // self.bc_heads
+        b = torch.sigmoid(b).repeat_interleave(rep, dim=2)
+        c = c.repeat_interleave(rep, dim=2)
+        v = self.value(x).view(B_, L, self.heads, HEAD_DIM)
+        h = swr(a.contiguous(), (b * v).transpose(1, 2).contiguous(), block=self.block, impl=self.impl)
+        y = c * h.transpose(1, 2) + v
+        return self.out(y.reshape(B_, L, d))
+
+
+MIXERS = {"attention": "G", "swa": "S", "phalanx": "P"}
+
+
+def make_mixer(kind: str, d: int, block: int) -> nn.Module:
+    if kind == "G":
+        return Attention(d)
+    if kind == "S":
+        return Attention(d, window=block)
+    if kind == "P":
+        return Phalanx(d, block=block)
+    raise ValueError(f"mixer code must be G (attention), S (SWA) or P (Phalanx), got {kind!r}")
+
+
+class Block(nn.Module):
+    def __init__(self, kind: str, d: int, block: int, mlp_ratio: float):
+        super().__init__()
+        self.norm1, self.norm2 = RMSNorm(d), RMSNorm(d)
+        self.mixer = make_mixer(kind, d, block)
+        self.mlp = SwiGLU(d, int(mlp_ratio * d))
+
+    def forward(self, x):
+        x = x + self.mixer(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+class Decoder(nn.Module):
+    """Byte-level pre-norm decoder; ``pattern`` names each layer's mixer: ``G`` full attention,
+    ``S`` sliding-window attention, ``P`` Phalanx (e.g. ``"SSSG"``: an SWA 3:1 hybrid)."""
+
+    def __init__(self, pattern: str, d_model: int = 64, block: int = 16, mlp_ratio: float = 8 / 3,
+                 vocab: int = 256):
+        super().__init__()
+        if not pattern or set(pattern) - {"G", "S", "P"}:
+            raise ValueError(f"pattern must be a non-empty string over G/S/P, got {pattern!r}")
+        self.pattern = pattern
+        self.embed = nn.Embedding(vocab, d_model)
+        self.blocks = nn.ModuleList(Block(k, d_model, block, mlp_ratio) for k in pattern)
+        self.norm = RMSNorm(d_model)
+        nn.init.normal_(self.embed.weight, std=0.02)
+
+    def forward(self, tokens):
+        x = self.embed(tokens)
+        for blk in self.blocks:
+            x = blk(x)
+        return self.norm(x) @ self.embed.weight.T  # tied output head
+
+    def n_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+
+def hybrid_pattern(local: str, n_layers: int, ratio: int = 3) -> str:
+    """``ratio`` local layers then one global, repeated: ``hybrid_pattern("P", 4) == "PPPG"``."""
+    return "".join("G" if (i + 1) % (ratio + 1) == 0 else local for i in range(n_layers))
+
+
+# ---------------------------------------------------------------------------------------------
+# training
+# ---------------------------------------------------------------------------------------------
+@torch.no_grad()
+def evaluate(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, batch: int = 32) -> float:
+    """Mean next-byte cross-entropy (nats) over the fixed validation windows."""
+    model.eval()
+    total, count = 0.0, 0
+    for i in range(0, len(inputs), batch):
+        logits = model(inputs[i:i + batch])
+        total += float(F.cross_entropy(logits.flatten(0, 1), targets[i:i + batch].flatten(),
+                                       reduction="sum"))
+        count += targets[i:i + batch].numel()
+    model.train()
+    return total / count
+
+
+def train_lm(pattern: str, corpus: Corpus, *, seed: int, steps: int, batch: int, seq_len: int,
+             d_model: int = 64, block: int = 16, lr: float = 3e-3, eval_every: int = 50,
+             valid_windows: int = 64, threads: int | None = 1) -> dict:
+    """Train one model; returns validation loss curve, final loss, tokens/s, parameter count.
+
+    ``threads``: PyTorch intra-op threads while training (restored afterwards). Models this
+    small run faster on one thread than on two, and far faster on a shared machine."""
+    previous = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        return _train(pattern, corpus, seed=seed, steps=steps, batch=batch, seq_len=seq_len,
+                      d_model=d_model, block=block, lr=lr, eval_every=eval_every,
+                      valid_windows=valid_windows)
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _train(pattern, corpus, *, seed, steps, batch, seq_len, d_model, block, lr, eval_every,
+           valid_windows) -> dict:
+    torch.manual_seed(seed)
+    model = Decoder(pattern, d_model=d_model, block=block)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
+    warmup = max(1, steps // 10)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
+    gen = torch.Generator().manual_seed(10_000 + seed)
+    vx, vy = valid_batches(corpus.valid, seq_len, valid_windows)
+    curve_steps, curve = [0], [evaluate(model, vx, vy)]
+    train_time = 0.0
+    for step in range(1, steps + 1):
+        x, y = sample_batch(corpus.train, batch, seq_len, gen)
+        t0 = time.perf_counter()
+        loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        train_time += time.perf_counter() - t0
+        if step % eval_every == 0 or step == steps:
+            curve_steps.append(step)
+            curve.append(evaluate(model, vx, vy))
+    return {"pattern": pattern, "seed": seed, "steps": curve_steps, "valid_loss": curve,
+            "final_valid_loss": curve[-1], "tokens_per_s": steps * batch * seq_len / train_time,
+            "n_params": model.n_params()}

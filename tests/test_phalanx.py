@@ -1,0 +1,106 @@
+"""Tests of lib.phalanx: theory helpers, layers and the corpus."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from kernels.swr import naive, swr
+from lib import phalanx as M
+
+
+def test_error_bound_by_hand():
+    # ℓ = 2, L = 6: windows 1 2 | 3 4 | 3 4; blocks 0 and 1 are exact
+    b = M.error_bound(0.5, 6, 2, u_inf=1.0)
+    assert np.allclose(b, [0, 0, 0, 0, 0.5**3 / 0.5, 0.5**4 / 0.5])
+
+
+@pytest.mark.parametrize("rho", [0.5, 0.8, 0.95])
+def test_truncation_identity_and_bound(rho):
+    r = M.truncation_experiment(rho, 80, 8, channels=3, seed=1, jitter=0.3)
+    assert r["identity_gap"] <= 1e-12
+    assert r["bound_ratio"] <= 1.0
+    assert r["error"][:16].max() <= 1e-12 and r["error"][16:].max() > 0
+
+
+def test_bound_is_attained_order_of_magnitude_for_constant_input():
+    # u ≡ 1, a ≡ ρ: x_{s−1} → 1/(1−ρ), so the error approaches the bound from below
+    a = torch.full((1, 1, 200), 0.8, dtype=torch.float64)
+    u = torch.ones(1, 1, 200, 1, dtype=torch.float64)
+    err = (naive.scan_reference(a, u) - swr(a, u, block=16))[0, 0, :, 0].numpy()
+    bound = M.error_bound(0.8, 200, 16, 1.0)
+    assert np.all(err <= bound + 1e-15) and err[-1] / bound[-1] > 0.99
+
+
+def test_implementation_agreement_is_tiny():
+    worst = M.implementation_agreement([(1, 2, 37, 3), (1, 1, 16, 2)])
+    assert {"masked", "decode", "chunked"} <= set(worst)
+    assert max(worst.values()) <= 1e-10
+
+
+def test_phalanx_matches_its_definition():
+    torch.manual_seed(0)
+    layer = M.Phalanx(32, block=4).double()
+    x = torch.randn(2, 11, 32, dtype=torch.float64)
+    a = torch.sigmoid(layer.decay(x))
+    b, c = layer.bc(x).chunk(2, dim=-1)
+    v = layer.value(x)
+    out = torch.zeros_like(x)
+    for bi in range(2):
+        for h in range(2):
+            sl = slice(16 * h, 16 * h + 16)
+            hh = naive.swr_matrix(a[bi, :, h], 4) @ (torch.sigmoid(b[bi, :, sl]) * v[bi, :, sl])
+            out[bi, :, sl] = c[bi, :, sl] * hh + v[bi, :, sl]
+    assert torch.allclose(layer(x), layer.out(out), atol=1e-12)
+
+
+def test_phalanx_is_causal_and_local():
+    torch.manual_seed(0)
+    layer = M.Phalanx(16, block=4).double()
+    x = torch.randn(1, 20, 16, dtype=torch.float64, requires_grad=True)
+    layer(x)[0, 13].sum().backward()  # position 13 in block 3 sees blocks 2 and 3: [8, 13]
+    touched = (x.grad[0].abs().sum(-1) > 0).nonzero().flatten().tolist()
+    assert touched == list(range(8, 14))
+
+
+def test_swa_layer_window():
+    torch.manual_seed(0)
+    layer = M.Attention(16, window=4).double()
+    x = torch.randn(1, 20, 16, dtype=torch.float64, requires_grad=True)
+    layer(x)[0, 13].sum().backward()
+    touched = (x.grad[0].abs().sum(-1) > 0).nonzero().flatten().tolist()
+    assert touched == list(range(8, 14))
+
+
+def test_decoder_patterns_and_parameters():
+    assert M.hybrid_pattern("P", 4) == "PPPG" and M.hybrid_pattern("S", 8) == "SSSGSSSG"
+    n = {p: M.Decoder(p, d_model=64).n_params() for p in ("GGGG", "SSSG", "PPPG")}
+    assert n["GGGG"] == n["SSSG"]
+    assert abs(n["PPPG"] / n["SSSG"] - 1) < 0.01
+    logits = M.Decoder("PPPG", d_model=32)(torch.randint(0, 256, (2, 21)))
+    assert logits.shape == (2, 21, 256)
+    with pytest.raises(ValueError):
+        M.Decoder("PXG")
+
+
+def test_corpus_is_fixed_and_split():
+    c = M.load_corpus(("bisect", "colorsys"), valid_fraction=0.25)
+    assert set(c.hashes) == {"bisect", "colorsys"} and all(len(h) == 64 for h in c.hashes.values())
+    assert len(c.train) + len(c.valid) == c.n_bytes
+    assert 0.2 < len(c.valid) / c.n_bytes < 0.3
+    assert torch.equal(M.load_corpus(("bisect", "colorsys"), 0.25).train, c.train)
+    x, y = M.valid_batches(c.valid, 32, 4)
+    assert torch.equal(x[:, 1:], y[:, :-1])
+    with pytest.raises(ValueError):
+        M.load_corpus(("no_such_module_xyz",))
+
+
+def test_training_lowers_the_loss():
+    c = M.load_corpus(("bisect", "colorsys", "heapq"))
+    r = M.train_lm("PG", c, seed=0, steps=30, batch=4, seq_len=32, d_model=32, eval_every=30,
+                   valid_windows=8)
+    assert r["valid_loss"][-1] < r["valid_loss"][0] - 1.0
+    r2 = M.train_lm("PG", c, seed=0, steps=30, batch=4, seq_len=32, d_model=32, eval_every=30,
+                    valid_windows=8)
+    assert r2["valid_loss"] == r["valid_loss"]
