@@ -480,6 +480,8 @@ def tree_squeeze(shape: Sequence[int], seed: int, steps: int, lr: float, root: i
                 1 - coverage(pi2, s2.classes)[INVALID])
 
     start = summary(base)
+    if start[1] == 0:
+        raise ValueError(f"shape {tuple(shape)} has no hard chains (every child is high): use C < M")
     out = {"paths": len(s1.paths)}
     for method in methods:
         end = summary(post_train(s1, method, steps, lr, rng, steps, **hyper)[-1])

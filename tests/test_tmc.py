@@ -220,6 +220,10 @@ def test_random_tree_has_easy_routes_through_the_shared_node():
             assert M.rex(t, task, paths).sum() == pytest.approx(1.0)
     with pytest.raises(ValueError):
         M.random_tmc(2, 2, 2, 1, np.random.default_rng(0))
+    with pytest.raises(ValueError, match="no hard chains"):
+        M.tree_squeeze((4, 2, 2), 0, 10, 0.1)
+    ratios = M.tree_squeeze((4, 2, 1), 0, 300, 0.5, probes=4, beta=0.3, group=4)
+    assert ratios["REINFORCE: entropy"] < ratios["RL-rej: entropy"]
 
 
 def test_post_train_is_deterministic_and_refuses_unknown_methods(tree):
