@@ -242,7 +242,8 @@ def run_many(book: Book, chapters: list[Chapter], profile: str, overrides: dict,
     for ch in chapters:  # validate everything before any kernel starts
         resolve(book, ch, profile, overrides)
     jobs = max(1, min(jobs, len(chapters)))
-    set_threads(max(1, (os.cpu_count() or 1) // jobs))
+    # The cores are split between parallel chapters; COMPANION_THREADS, when set, wins.
+    set_threads(int(os.environ.get("COMPANION_THREADS") or 0) or max(1, (os.cpu_count() or 1) // jobs))
     if scheduler:
         os.environ["COMPANION_SCHEDULER"] = scheduler
     if jobs == 1:

@@ -45,3 +45,13 @@ def test_ruff_clean():
     out = subprocess.run([str(ruff), "check", "lib", "kernels", "tests"], cwd=ROOT, text=True,
                          capture_output=True)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_papermill_reads_every_parameter():
+    """papermill's own parser sees the same parameters as ours (it warns on lines it cannot read,
+    e.g. a comment containing '=')."""
+    import papermill as pm
+
+    for ch in Book(ROOT).chapters():
+        seen = set(pm.inspect_notebook(str(ch.path)))
+        assert seen == set(ch.parameters), f"{ch.slug}: papermill sees {sorted(seen)}"

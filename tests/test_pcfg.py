@@ -1,0 +1,104 @@
+"""Chapter 10: exact PCFG probabilities against brute force, the posterior, the sequence format."""
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from lib import metadata as M
+from lib import pcfg
+
+
+@pytest.fixture(scope="module")
+def grammar():
+    return pcfg.random_grammar(depth=3, nonterminals=2, terminals=3, seed=3)
+
+
+def test_hand_checked_grammar():
+    # S -> A A | A B under both rule sets at level 0; A -> 0 | 1 (set 0) or 1 1 | ... by hand:
+    # level 1 symbols rewrite to terminals. One level-0 rule set per j_0, one terminal level.
+    g = pcfg.Grammar(rules=(
+        (((( 0, 0), (0, 1)),), (((1, 1), (0, 1)),)),          # level 0: S under j_0 = 0 and 1
+        ((((0, 0), (1, 1)), ((0, 1), (1, 0))), (((0, 0), (0, 1)), ((1, 1), (1, 0)))),  # level 1: A, B
+    ), n_symbols=(1, 2, 2))
+    # j = (0, 0): S -> A A | A B (½ each); A -> 00 | 11; B -> 01 | 10.
+    dist = pcfg.yields(g, (0, 0))
+    assert dist[(0, 0, 0, 0)] == pytest.approx(0.5 * 0.25)
+    assert dist[(0, 0, 0, 1)] == pytest.approx(0.5 * 0.25)
+    assert sum(dist.values()) == pytest.approx(1.0)
+    L = pcfg.prefix_log_probs(g, [(0, 0, 0, 1)])
+    c = g.configs().index((0, 0))
+    # p(x_<1 = 0) = p(A starts with 0) = ½ ; p(x_<3 = 000) = ½ (A=00) × [½ (A A: A=00 → ½) + ½ (A B: B=01 → ½)]
+    assert np.exp(L[0, c, 1]) == pytest.approx(0.5)
+    assert np.exp(L[0, c, 3]) == pytest.approx(0.5 * (0.5 * 0.5 + 0.5 * 0.5))
+    assert np.exp(L[0, c, 5]) == pytest.approx(dist[(0, 0, 0, 1)])
+
+
+def test_prefix_probabilities_match_enumeration(grammar):
+    rng = np.random.default_rng(0)
+    lang = pcfg.Language(grammar)
+    strings, _ = lang.sample(6, rng)
+    L = pcfg.prefix_log_probs(grammar, strings)
+    for b, x in enumerate(strings):
+        for c, j in enumerate(grammar.configs()):
+            for t in range(len(x) + 1):
+                assert np.exp(L[b, c, t]) == pytest.approx(pcfg.brute_force_prefix(grammar, j, x[:t]), abs=1e-12)
+
+
+def test_language_is_normalised_and_sampling_is_seeded(grammar):
+    lang = pcfg.Language(grammar)
+    assert lang.probs.sum() == pytest.approx(1.0)
+    a = lang.sample(20, np.random.default_rng(5))
+    b = lang.sample(20, np.random.default_rng(5))
+    assert a[0] == b[0] and np.array_equal(a[1], b[1])
+
+
+def test_bayes_posterior_and_mixture(grammar):
+    lang = pcfg.Language(grammar)
+    strings, js = lang.sample(50, np.random.default_rng(1))
+    bz = pcfg.bayes(grammar, strings, js)
+    post = bz.posterior
+    for b, x in enumerate(strings):
+        assert np.allclose(post[b, : len(x) + 1].sum(-1), 1.0)
+        assert np.allclose(post[b, 0], 1 / len(grammar.configs()))  # the prior before any token
+    # the mixture predictor is never better than the one that knows j on average (CMI ≥ 0)
+    cmi, _ = pcfg.per_position_mean(bz.gap)
+    assert np.all(cmi[:8] > -1e-9)
+    # by hand for one string and position: mixture = Σ π p
+    b, t = 0, 2
+    L = pcfg.prefix_log_probs(grammar, strings[:1])
+    alive = post[b, t] > 0  # metadata vectors still possible after x_<t
+    p_next = np.exp(L[0, alive, t + 1] - L[0, alive, t])
+    assert -np.log(np.dot(post[b, t, alive], p_next)) == pytest.approx(bz.loss_without_j[b, t])
+
+
+def test_grammaticality_is_cyk_membership(grammar):
+    lang = pcfg.Language(grammar)
+    inside = set(lang.strings)
+    candidates = [s for n in (4, 5, 6) for s in itertools.product(range(grammar.n_terminals), repeat=n)][:400]
+    ok = pcfg.is_grammatical(grammar, candidates)
+    assert list(ok) == [s in inside for s in candidates]
+
+
+def test_sequence_format():
+    vocab = M.Vocab(n_terminals=3, depth=2, n_sets=2)
+    tokens, targets = M.encode(vocab, [(0, 1), (2,)], np.array([[1, 0], [0, 1]]), np.array([True, False]))
+    assert tokens[0].tolist() == [vocab.bos, vocab.meta(0, 1), vocab.meta(1, 0), 0, 1, vocab.eos]
+    assert tokens[1].tolist()[:4] == [vocab.bos, vocab.mask, vocab.mask, 2]
+    # input index D + t predicts x_t, then EOS
+    assert targets[0].tolist() == [M.IGNORE, M.IGNORE, 0, 1, vocab.eos, M.IGNORE]
+    assert targets[1].tolist() == [M.IGNORE, M.IGNORE, 2, vocab.eos, M.IGNORE, M.IGNORE]
+
+
+def test_training_is_deterministic_and_learns(grammar):
+    lang = pcfg.Language(grammar)
+    strings, js = lang.sample(64, np.random.default_rng(2))
+    torch.set_num_threads(1)
+    m1 = M.train(lang, with_metadata=True, steps=25, batch=32, seed=0, d_model=32)
+    m2 = M.train(lang, with_metadata=True, steps=25, batch=32, seed=0, d_model=32)
+    l1, h = M.evaluate(m1, grammar, strings, js, show=True)
+    l2, _ = M.evaluate(m2, grammar, strings, js, show=True)
+    assert np.allclose(l1, l2, equal_nan=True) and h.shape[:2] == l1.shape
+    vocab_size = M.Vocab(grammar.n_terminals, grammar.depth, grammar.n_sets).size
+    assert np.nanmean(l1) < np.log(vocab_size)  # better than uniform after a few steps
