@@ -161,3 +161,18 @@ def test_out_dir_and_status(project, tmp_path):
     companion("run", "99", "--profile", "quick", root=project)
     status = companion("status", "--profile", "quick", root=project)
     assert "cached" in status.stdout and "1/1 claims hold" in status.stdout
+
+
+def test_jobs_runs_chapters_in_parallel_processes(project):
+    """Two chapters at once (papermill changes the working directory, so each gets a process)."""
+    import shutil
+
+    chapters = project / "book" / "chapters"
+    nb = (chapters / "99-fixture.ipynb").read_text().replace('"99-fixture"', '"98-fixture"')
+    (chapters / "98-fixture.ipynb").write_text(nb)
+    out = companion("run", "all", "--profile", "quick", "--jobs", "2", root=project)
+    assert out.returncode == 0, out.stderr
+    for slug in ("98-fixture", "99-fixture"):
+        doc = json.loads((project / RUN_DIR / "quick" / slug / "results.json").read_text())
+        assert doc["chapter"] == slug and doc["provenance"]["threads"] == 1
+    assert not list((project / RUN_DIR / "quick").glob(".tmp-*"))
