@@ -1,0 +1,178 @@
+"""Tests of lib.curriculum: the tree against brute force, the REINFORCE gradient against
+autograd, the sufficient-statistic sampler against the literal protocol, the theory formulas
+against hand computations, the transformer against the tabular policy."""
+
+from itertools import product
+
+import numpy as np
+import pytest
+import torch
+
+from lib import curriculum as C
+
+
+def all_paths(tree, L=None):
+    return np.array(list(product(range(tree.d), repeat=tree.k if L is None else L)))
+
+
+# -- the tree -------------------------------------------------------------------------------------
+def test_chain_matches_hand_computation():
+    tree = C.mod_chain(4, 3, target=(2, 0, 3), p=5, a=2)
+    x = np.array([1, 4, 3, 2])
+    # z1 = 3, z2 = 2·3 + 1 = 7 ≡ 2, z3 = 2·2 + 2 = 6 ≡ 1
+    assert C.ReasoningTree.prefix_answers(tree, x, np.array([2, 0, 3])).tolist() == [3, 2, 1]
+    bits = C.parity(5, 3, target=(1, 3, 4))
+    xb = np.array([1, 1, 0, 1, 1])
+    assert bits.prefix_answers(xb, np.array([1, 3, 4])).tolist() == [1, 0, 1]
+
+
+@pytest.mark.parametrize("tree, expected", [
+    (C.parity(4, 3), 6),                       # every reordering of the three target bits
+    (C.parity(4, 2, blocked=True), 1),
+    (C.mod_chain(4, 3, p=5, a=2), 1),          # distinct weights 4, 2, 1
+    (C.mod_chain(4, 3, p=3, a=2), 2),          # weights 1, 2, 1: swapping ends is also right
+])
+def test_correct_path_count_brute_force(tree, expected):
+    assert tree.is_correct(all_paths(tree)).sum() == expected
+    if expected in (1, 6):
+        assert tree.n_correct_paths() == expected
+
+
+@pytest.mark.parametrize("tree", [C.parity(4, 2), C.parity(3, 2, blocked=True), C.mod_chain(4, 2)])
+def test_wrong_paths_are_rewarded_at_rate_q(tree):
+    """Enumerate all inputs: a correct path is always rewarded, any other with rate exactly q."""
+    xs = np.array(list(product(range(tree.p), repeat=int(np.prod(tree.input_shape)))))
+    xs = xs.reshape(-1, *tree.input_shape)
+    paths = all_paths(tree)
+    rate = np.array([tree.terminal_reward(xs, np.broadcast_to(p, (len(xs), tree.k))).mean()
+                     for p in paths])
+    right = tree.is_correct(paths)
+    assert np.all(rate[right] == 1.0)
+    assert np.allclose(rate[~right], tree.q)
+
+
+# -- REINFORCE --------------------------------------------------------------------------------------
+def test_reinforce_gradient_matches_autograd():
+    rng = np.random.default_rng(0)
+    theta = rng.normal(size=(3, 5))
+    paths = rng.integers(0, 5, size=(40, 3))
+    r = rng.integers(0, 2, size=40).astype(float)
+    t = torch.tensor(theta, requires_grad=True)
+    logp = torch.log_softmax(t, -1)[torch.arange(3), torch.as_tensor(paths)].sum(-1)
+    ((torch.as_tensor(r) - r.mean()) * logp).mean().backward()
+    g = C.reinforce_gradient(theta, paths, r, baseline=True)
+    assert np.allclose(g, t.grad.numpy())
+
+
+def test_sampling_follows_the_policy():
+    rng = np.random.default_rng(1)
+    theta = np.log(np.array([[0.1, 0.2, 0.7], [0.5, 0.25, 0.25]]))
+    paths = C.sample_paths(theta, 200_000, rng)
+    freq = np.stack([np.bincount(paths[:, j], minlength=3) for j in range(2)]) / 200_000
+    assert np.allclose(freq, np.exp(theta), atol=0.005)
+
+
+def test_greedy_refuses_ties():
+    path, unique = C.greedy(np.array([[1.0, 1.0, 0.0], [0.0, 2.0, 1.0]]))
+    assert unique.tolist() == [False, True] and path[1] == 1
+
+
+# -- one-step protocol --------------------------------------------------------------------------
+def test_fast_sampler_matches_literal_protocol():
+    rng = np.random.default_rng(2)
+    tree = C.parity(4, 2, blocked=True)
+    for n in (150, 600):
+        lit = C.onestep_literal(tree, "direct", n, 1500, rng).mean()
+        fast = C.onestep_fast(4, 2, 0.5, n, 20_000, rng).mean()
+        assert abs(lit - fast) < 4.5 * np.sqrt(fast * (1 - fast) / 1500) + 1e-3
+
+
+@pytest.mark.parametrize("route", ["depth", "hint"])
+def test_curriculum_stages_are_the_same_bandit(route):
+    rng = np.random.default_rng(3)
+    tree = C.parity(6, 3)
+    fast = C.onestep_fast(6, 1, 0.5, 120, 20_000, rng).mean()
+    for stage in (1, 3):
+        lit = C.onestep_literal(tree, route, 120, 1500, rng, stage=stage).mean()
+        assert abs(lit - fast) < 4.5 * np.sqrt(fast * (1 - fast) / 1500) + 1e-3
+
+
+def test_shared_parity_direct_step_is_symmetric():
+    """The k! reorderings share the update: for k = 2 the greedy chain is right in the limit with
+    probability 1/2 + arcsin(1/(d+1))/π (correlated Gaussian score differences), not 1."""
+    rng = np.random.default_rng(4)
+    ok = C.onestep_literal(C.parity(4, 2), "direct", 20_000, 400, rng).mean()
+    assert abs(ok - (0.5 + np.arcsin(1 / 5) / np.pi)) < 0.1
+
+
+def test_onestep_theory_limits():
+    assert C.onestep_theory(8, 2, 0.5, 1.0) < 0.05
+    assert C.onestep_theory(8, 2, 0.5, 1e7) > 0.999
+    # q = 0: success iff the right path was drawn at least once (and then it is the unique max)
+    n = 300.0
+    assert np.isclose(C.onestep_theory(4, 2, 0.0, n), 1 - np.exp(-n / 16), atol=1e-6)
+
+
+def test_n_star_search_on_a_known_step():
+    assert C.n_star(lambda n: float(n >= 1000), 1e6) == C.n_grid(1e6)[C.n_grid(1e6) >= 1000][0]
+    assert C.n_star(lambda n: 0.0, 1e4) == float("inf")
+
+
+def test_n_star_theory_agrees_with_sampler():
+    rng = np.random.default_rng(5)
+    th = C.n_star_theory(8, 1, 0.5)
+    sim = C.n_star(lambda n: C.onestep_fast(8, 1, 0.5, n, 4000, rng).mean(), 1e6)
+    assert 0.75 < sim / th < 1.33
+
+
+def test_loglog_slope():
+    assert np.isclose(C.loglog_slope([2, 4, 8], [3, 12, 48]), 2.0)
+
+
+# -- test time ----------------------------------------------------------------------------------
+def test_rejection_cost_hand_cases():
+    # perfect oracle in one call (q = 0, m = 1): geometric number of candidates
+    cost = C.rejection_cost(0.1, 0.0, 1)
+    assert np.isclose(cost["candidates"], 10) and np.isclose(cost["calls"], 10)
+    assert np.isclose(cost["success"], 1.0)
+    # q = 1/2, m = 2, c = 1/2: P(acc) = 1/2 + 1/8, calls per wrong 1.5
+    cost = C.rejection_cost(0.5, 0.5, 2)
+    assert np.isclose(cost["candidates"], 1 / 0.625)
+    assert np.isclose(cost["calls"], (0.5 * 2 + 0.5 * 1.5) / 0.625)
+
+
+def test_best_of_n_and_ltar_match_theory():
+    rng = np.random.default_rng(6)
+    tree = C.parity(4, 2, blocked=True)
+    th = C.test_time_theory(tree)
+    b = C.best_of_n(tree, th["best_of_n"]["m"], 3000, rng)
+    lt = C.ltar(tree, th["ltar"]["m"], 3000, rng)
+    assert abs(b["calls"].mean() / th["best_of_n"]["calls"] - 1) < 0.1
+    assert abs(lt["steps"].mean() / th["ltar"]["steps"] - 1) < 0.25
+    assert b["right"].mean() > 0.97 and lt["right"].mean() > 0.97
+
+
+# -- iterative training and the transformer -----------------------------------------------------
+def test_training_is_deterministic_and_learns_with_curriculum():
+    tree = C.parity(5, 2)
+    runs = [C.train(tree, "depth", seeds=2, budget=4096, batch=64, lr=10.0,
+                    rng=np.random.default_rng(7), n_test=256, evals=5) for _ in range(2)]
+    assert np.array_equal(runs[0]["accuracy"], runs[1]["accuracy"])
+    assert runs[0]["accuracy"][-1].min() == 1.0
+
+
+def test_transformer_moves_like_the_tabular_policy():
+    tree = C.parity(5, 2)
+    out = C.compare_transformer(tree, steps=30, batch=32, lr=5.0, rng=np.random.default_rng(8))
+    assert out["max_logit_gap"] < 1e-9
+    assert out["ffn_matches_tree"]
+    assert np.array_equal(out["greedy_model"], out["greedy_tabular"])
+
+
+def test_bad_input_is_refused():
+    with pytest.raises(ValueError):
+        C.parity(4, 3, target=(0, 0, 1))
+    with pytest.raises(ValueError):
+        C.stage_setup(C.parity(4, 2), "depth", 3)
+    with pytest.raises(ValueError):
+        C.stage_setup(C.parity(4, 2), "sideways", 1)
