@@ -116,3 +116,19 @@ def test_rank_correlations():
     assert L.kendall_tau([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
     assert L.kendall_tau([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
     assert L.spearman_rho([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(0.8)
+
+
+def test_run_sweeps_shares_configurations():
+    base = dict(dataset=["gaussian"], T=[2.0], step=[1.0])
+    grids = {"a": dict(n=[10, 12], width=[4], noise=[0.0], **base),
+             "b": dict(n=[10], width=[4, 6], noise=[0.0], **base)}
+    runs = L.run_sweeps(grids, seeds=[0, 1], progress=False)
+    assert len(runs) == 8 and set(runs.sweep) == {"a", "b"}
+    shared = runs[(runs.n == 10) & (runs.width == 4)]
+    assert len(shared) == 4
+    for seed in (0, 1):
+        gaps = shared[shared.seed == seed].gap.to_numpy()
+        assert gaps[0] == gaps[1]
+    one = L.run("gaussian", 12, 4, 0.0, 1, 2.0, 1.0)
+    row = runs[(runs.sweep == "a") & (runs.n == 12) & (runs.seed == 1)].iloc[0]
+    assert row.gap == one["gap"]
