@@ -24,7 +24,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from kernels.swr import naive, swr
+from kernels.swr import naive, scan, swr
 from kernels.swr.bench import swa_blocked
 
 # ---------------------------------------------------------------------------------------------
@@ -51,7 +51,7 @@ def truncation_experiment(rho: float, length: int, block: int, channels: int, se
     g = torch.Generator().manual_seed(seed)
     a = rho * (1 - jitter * torch.rand(1, 1, length, generator=g, dtype=torch.float64))
     u = torch.randn(1, 1, length, channels, generator=g, dtype=torch.float64)
-    full = naive.scan_reference(a, u)
+    full = scan(a, u)
     approx = swr(a, u, block=block)
     err = (full - approx)[0, 0]
     identity = naive.truncation_error(a, full, block)[0, 0]

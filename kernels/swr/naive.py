@@ -100,9 +100,11 @@ def truncation_error(a: torch.Tensor, full: torch.Tensor, block: int) -> torch.T
     (zero where ``s_i = 0``: block 0 and block 1 are exact)."""
     length = a.shape[-1]
     start = window_start(length, block)
-    prod = torch.empty_like(a)  # Π_{k=s_i}^{i} a_k as explicit products
-    for i in range(length):
-        prod[..., i] = torch.prod(a[..., start[i]:i + 1], dim=-1)
+    nb = -(-length // block)
+    a_b = torch.nn.functional.pad(a, (0, nb * block - length), value=1.0).unflatten(-1, (nb, block))
+    inside = torch.cumprod(a_b, dim=-1)  # Π over block t up to i (explicit products)
+    whole_prev = torch.cat([torch.ones_like(a_b[..., :1, 0]), a_b[..., :-1, :].prod(-1)], dim=-1)
+    prod = (whole_prev[..., None] * inside).flatten(-2)[..., :length]  # Π_{k=s_i}^{i} a_k
     prev = torch.where((start > 0)[:, None], full[..., (start - 1).clamp(min=0), :],
                        torch.zeros_like(full))
     return prod[..., None] * prev
