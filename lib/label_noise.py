@@ -298,23 +298,24 @@ class History:
         return logistic_loss(self.margins[index])
 
 
-def train(data: SignalNoiseData, test: SignalNoiseData, W0: np.ndarray, eta: float,
+def train(data: SignalNoiseData, test: SignalNoiseData | None, W0: np.ndarray, eta: float,
           record: np.ndarray, reference_every: bool = False) -> History:
-    """Run :class:`CoefficientGD` to ``record[-1]`` steps, recording at the steps ``record``.
+    """Run :class:`CoefficientGD` to ``record[-1]`` steps, recording at the steps ``record``
+    (test accuracy NaN when ``test`` is None).
 
     With ``reference_every`` the weight-space reference :func:`gd_step` runs alongside, and at
     every recording step the projection of its weights is compared with the recursion's
     coefficients (``extras["coef_rel_err"]``, ``extras["span_residual"]``).
     """
     gd = CoefficientGD(W0, data, eta)
-    tester = TestSet(gd, W0, test)
+    tester = TestSet(gd, W0, test) if test is not None else None
     W = W0.copy()
     rec = {"margins": [], "test": [], "gmax": [], "rmax": [], "err": [], "resid": []}
     targets = set(int(s) for s in record)
     for t in range(int(record[-1]) + 1):
         if t in targets:
             rec["margins"].append(gd.margins())
-            rec["test"].append(tester.accuracy())
+            rec["test"].append(tester.accuracy() if tester else np.nan)
             rec["gmax"].append(gd.coef.gamma.max())
             rec["rmax"].append(gd.coef.rho.max(axis=(0, 1)))
             if reference_every and t > 0:
@@ -332,6 +333,29 @@ def train(data: SignalNoiseData, test: SignalNoiseData, W0: np.ndarray, eta: flo
     return History(steps=np.asarray(sorted(targets)), clean=data.clean,
                    margins=np.array(rec["margins"]), test_accuracy=np.array(rec["test"]),
                    gamma_max=np.array(rec["gmax"]), rho_max=np.array(rec["rmax"]), extras=extras)
+
+
+def run_synthetic(tau: float, seed: int, *, base_seed: int, n: int, d: int, m: int, n_snr2: float,
+                  sigma_xi: float, sigma0: float, eta: float, steps: int, n_test: int,
+                  record_points: int, reference: bool = False) -> dict:
+    """One chapter run: draw data (flip rates τ₊ = τ₋ = ``tau``), a test set and W⁽⁰⁾ from
+    the stream (base_seed, seed), train, and return the :class:`History` and the run's T₁.
+    The draws do not depend on ``tau``: runs with and without label noise share ξ, μ, W⁽⁰⁾
+    and the test set, and differ only in the flipped labels."""
+    from threadpoolctl import threadpool_limits
+
+    rng = np.random.default_rng([base_seed, seed])
+    mu_norm = mu_norm_for(n_snr2, n, d, sigma_xi)
+    data = make_data(n, d, mu_norm, rng, sigma_xi=sigma_xi, tau_pos=tau, tau_neg=tau)
+    test = make_data(n_test, d, mu_norm, rng, sigma_xi=sigma_xi, mu=data.mu) if n_test else None
+    W0 = init_weights(m, d, sigma0, rng)
+    t1 = int(round(t1_prediction(n, m, eta, sigma_xi, d)))
+    # The products are small (2m × n by n × n): one BLAS thread is fastest, and a busy
+    # machine makes spinning BLAS threads very slow.
+    with threadpool_limits(limits=1):
+        history = train(data, test, W0, eta, log_steps(steps, record_points, extra=(t1,)),
+                        reference_every=reference)
+    return {"history": history, "t1": t1, "mu_norm": mu_norm}
 
 
 # --------------------------------------------------------------------------- stages and uses
