@@ -9,6 +9,7 @@ warnings as errors, into ``_build/html``.
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import subprocess
 import sys
@@ -93,9 +94,22 @@ def stage(book: Book, profile: str) -> Path:
     return dest
 
 
+def _tree_digest(root: Path) -> str:
+    h = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
 def build_html(book: Book, profile: str = "default") -> bool:
-    """Stage and build; True when Jupyter Book finished without warnings."""
+    """Stage and build; True when Jupyter Book finished without warnings. When the staged
+    sources are identical to those of the last successful build, the HTML is left as it is."""
     src = stage(book, profile)
+    digest = _tree_digest(src)
+    stamp = book.build_dir / "html" / ".companion-sources"
+    if stamp.exists() and stamp.read_text() == digest:
+        print(f"book up to date (sources unchanged since the last build): {book.build_dir / 'html' / 'index.html'}")
+        return True
     cmd = [str(Path(sys.executable).parent / "jupyter-book"), "build", str(src), "--path-output",
            str(book.root), "--warningiserror", "--keep-going", "--quiet"]
     print("building the book:", " ".join(cmd[1:3]), "→", book.build_dir / "html", flush=True)
@@ -103,6 +117,7 @@ def build_html(book: Book, profile: str = "default") -> bool:
     if proc.returncode != 0:
         print("the book build failed (warnings are errors); see the messages above", file=sys.stderr)
         return False
+    stamp.write_text(digest)
     print(f"book built: {book.build_dir / 'html' / 'index.html'}")
     return True
 

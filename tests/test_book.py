@@ -50,3 +50,4 @@ def test_rebuild_with_nothing_changed_is_all_cache_hits(default_book):
     again = companion("build", "--profile", "default", timeout=900)
     assert again.returncode in (0, 2)
     assert again.stdout.count("cached (") == len(CHAPTERS), again.stdout
+    assert "book up to date" in again.stdout
