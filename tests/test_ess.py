@@ -190,3 +190,11 @@ def test_transition_penalty():
     log_a = torch.log(torch.full((1, 1, 4), 0.5))
     assert float(M.transition_penalty(log_a)) == pytest.approx(1.0)           # ‖(0.5,…)‖ = 1
     assert float(M.transition_penalty(None)) == 0.0
+
+
+def test_entropy_ess_never_exceeds_numerical_rank():
+    rng = np.random.default_rng(8)
+    for Tm in (O.scalar_recurrence_operator(rng, 40, 3)[0], O.gla_operator(rng, 40, 3, 3)[0],
+               O.swr_operator(rng, 40, block=8, channels=3)[0]):
+        sv = S.hankel_singular_values(Tm)
+        assert np.all(S.entropy_ess(sv) <= S.tolerance_ess(sv))

@@ -227,7 +227,8 @@ def run_mqar(mixer: str, d_k: int, n_pairs: int, seed: int, *, length: int = 48,
              reg: float = 0.0, n_eval: int = 256, n_ess: int = 16) -> dict:
     """Train one model on MQAR and measure it: test accuracy, and ESS / TSS of its mixer on
     ``n_ess`` test sequences, averaged over sequences and positions ``1 … ℓ−1`` (``ess_*``,
-    ``tss``) and over the query phase ``2κ … ℓ−1`` only (``*_query``)."""
+    ``tss``) and over the query phase ``2κ … ℓ−1`` only (``*_query``); ``max_ess_minus_tss`` is
+    the largest ``ESS_i − TSS_i`` (exact tolerance) over sequences and positions."""
     vocab = Vocab()
     cfg = ModelConfig(mixer, d_k, d_model=d_model, vocab_size=vocab.size)
     tc = TrainConfig(n_pairs=n_pairs, steps=steps, batch=batch, lr=lr, reg=reg, length=length,
@@ -236,7 +237,8 @@ def run_mqar(mixer: str, d_k: int, n_pairs: int, seed: int, *, length: int = 48,
     tokens, targets = mqar(np.random.default_rng([seed, 2]), n_eval, n_pairs, length, vocab)
     prof = task_ess(model, tokens[:n_ess])
     out = {"accuracy": accuracy(model, tokens, targets), "final_loss": float(np.mean(losses[-20:])),
-           "tss": _positions_mean(prof["tss"]), "tss_query": _positions_mean(prof["tss"], 2 * n_pairs)}
+           "tss": _positions_mean(prof["tss"]), "tss_query": _positions_mean(prof["tss"], 2 * n_pairs),
+           "max_ess_minus_tss": float(np.max(prof["tol=exact"] - prof["tss"]))}
     for key, value in prof.items():
         if key != "tss":
             name = key.replace("tol=", "ess_tol_").replace("entropy", "ess_entropy")

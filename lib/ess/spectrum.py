@@ -13,7 +13,8 @@ Two ways to count, both computed here from the singular values ``σ_1 ≥ σ_2 �
 
 * tolerance-ESS: ``#{m : σ_m > τ σ_1}`` (relative tolerance ``τ``; ``τ=None`` uses NumPy's
   numerical-rank threshold ``σ_1 · max(shape) · eps``, the "exact" rank in floating point);
-* entropy-ESS: ``exp(−Σ p_m log p_m)`` with ``p_m = σ_m / Σ σ``.
+* entropy-ESS: ``exp(−Σ p_m log p_m)`` with ``p_m = σ_m / Σ σ`` (singular values below the
+  numerical-rank threshold count as zero, so entropy-ESS never exceeds the numerical rank).
 
 Every array here is fp64 and batched over leading dimensions: ``T`` has shape ``(..., ℓ, ℓ)``
 and the per-position results ``(..., ℓ)`` (``ESS_0 = 0``: nothing lies in the past).
@@ -132,13 +133,17 @@ def tolerance_ess(svals: list[np.ndarray], tau: float | None = None) -> np.ndarr
 
 
 def entropy_ess(svals: list[np.ndarray]) -> np.ndarray:
-    """``exp(H(p))`` with ``p = σ / Σσ`` per position, shape ``(..., ℓ)`` (0 where H_i = 0)."""
+    """``exp(H(p))`` with ``p = σ / Σσ`` per position, shape ``(..., ℓ)`` (0 where H_i = 0);
+    rounding-level singular values (as in ``tolerance_ess(·, None)``) are set to zero first."""
     ell = len(svals)
     batch = svals[0].shape[:-1]
     ess = np.zeros(batch + (ell,))
     for i, s in enumerate(svals):
         if s.shape[-1] == 0:
             continue
+        # singular values at rounding level (below the numerical-rank threshold) are zeros of
+        # the exact operator: drop them, so entropy-ESS ≤ numerical rank holds exactly
+        s = np.where(s > s[..., :1] * max(i, ell - i) * np.finfo(np.float64).eps, s, 0.0)
         total = s.sum(axis=-1, keepdims=True)
         p = np.divide(s, total, out=np.zeros_like(s), where=total > 0)
         plogp = np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0)
