@@ -28,7 +28,8 @@ chapter: venv
 	$(BIN)/companion run $(CH) --profile $(PROFILE)
 
 bench: venv
-	$(BIN)/companion bench swr
+	@mkdir -p _build/bench
+	$(BIN)/companion bench swr --plot _build/bench/swr-bench.png --csv _build/bench/swr-bench.csv
 
 test: venv chromium
 	$(BIN)/python -m pytest
