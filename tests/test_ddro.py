@@ -1,0 +1,143 @@
+"""Tests of lib/ddro.py: targets against sampling, the exact DDRO minimiser against a generic
+solver, DPO's known Bradley–Terry limit, the delta-method constant against Monte Carlo, the
+sequence policy."""
+
+import numpy as np
+import pytest
+from scipy import optimize
+from scipy.special import expit
+
+from lib import ddro as D
+
+
+@pytest.fixture(scope="module")
+def setup():
+    rng = np.random.default_rng(1)
+    K = 5
+    pi = rng.dirichlet(2 * np.ones(K))
+    return pi, D.structures(K, rng)
+
+
+def test_structures_are_valid_and_cyclic_is_intransitive(setup):
+    pi, prefs = setup
+    for pref in prefs:
+        np.testing.assert_allclose(pref.P + pref.P.T, 1.0)
+    cyc = D.cyclic(np.zeros(3), strength=2.0).P
+    assert cyc[0, 1] > 0.5 and cyc[1, 2] > 0.5 and cyc[2, 0] > 0.5
+    with pytest.raises(ValueError):
+        D.Preference("bad", np.array([[0.5, 0.9], [0.9, 0.5]]))
+
+
+def test_targets_match_sampling(setup):
+    pi, prefs = setup
+    rng = np.random.default_rng(0)
+    for pref in prefs:
+        target = D.paired_target(pi, pref)
+        assert target.sum() == pytest.approx(1.0)
+        C = D.sample_pairs(pi, pref, 200_000, rng)
+        np.testing.assert_allclose(C / C.sum(), D.expected_pairs(pi, pref), atol=4e-3)
+        np.testing.assert_allclose(C.sum(1) / C.sum(), target, atol=4e-3)
+        # the loser's law completes π_ref = ½ p₊ + ½ p₋
+        np.testing.assert_allclose(D.expected_pairs(pi, pref).sum(0), 2 * pi - target, atol=1e-12)
+    q = np.linspace(0.1, 0.9, len(pi))
+    target, alpha = D.unpaired_target(pi, q)
+    npos, nneg = D.sample_unpaired(pi, q, 200_000, rng)
+    assert npos.sum() / 200_000 == pytest.approx(alpha, abs=4e-3)
+    np.testing.assert_allclose(npos / npos.sum(), target, atol=4e-3)
+
+
+def test_ddro_population_minimiser_is_p_plus(setup):
+    pi, prefs = setup
+    for pref in prefs:
+        C = D.expected_pairs(pi, pref)
+        np.testing.assert_allclose(D.fit_ddro_categorical(pi, C.sum(1), C.sum(0), 0.5, clip=0.0),
+                                   D.paired_target(pi, pref), atol=1e-12)
+    q = np.linspace(0.1, 0.9, len(pi))
+    target, alpha = D.unpaired_target(pi, q)
+    np.testing.assert_allclose(D.fit_ddro_categorical(pi, pi * q, pi * (1 - q), alpha, clip=0.0),
+                               target, atol=1e-12)
+
+
+def test_ddro_empirical_minimiser_matches_generic_solver(setup):
+    pi, prefs = setup
+    C = D.sample_pairs(pi, prefs[2], 60, np.random.default_rng(3))
+    npos, nneg = C.sum(1), C.sum(0)
+    ours = D.fit_ddro_categorical(pi, npos, nneg, 0.5, clip=0.0)
+    g_ours = ours / pi
+    cons = {"type": "eq", "fun": lambda g: pi @ g - 1.0}
+    res = optimize.minimize(lambda g: D.ddro_loss(g, npos, nneg, 0.5),
+                            np.ones_like(pi), constraints=[cons], method="SLSQP",
+                            bounds=[(1e-9, 2 - 1e-9)] * len(pi), options={"ftol": 1e-14})
+    assert D.ddro_loss(g_ours, npos, nneg, 0.5) <= res.fun + 1e-9
+    np.testing.assert_allclose(g_ours, res.x, atol=1e-4)
+
+
+def test_ddro_clip_bounds_the_ratio():
+    pi = np.array([0.05, 0.45, 0.5])
+    npos, nneg = np.array([30.0, 1.0, 1.0]), np.array([0.0, 20.0, 20.0])
+    pol = D.fit_ddro_categorical(pi, npos, nneg, 0.5, clip=0.1)
+    assert pol.sum() == pytest.approx(1.0)
+    assert (pol / pi).max() <= 0.9 / 0.5 + 1e-9
+
+
+def test_dpo_limit_under_bradley_terry_is_the_kl_regularised_policy(setup):
+    pi, _ = setup
+    s = np.array([0.3, -1.0, 0.5, 1.2, 0.0])
+    for beta in (0.5, 1.0, 2.0):
+        pol = D.fit_dpo_categorical(pi, D.expected_pairs(pi, D.bradley_terry(s)), beta)
+        want = pi * np.exp(s / beta)
+        np.testing.assert_allclose(pol, want / want.sum(), atol=1e-7)
+
+
+def test_kto_fit_is_stationary(setup):
+    pi, prefs = setup
+    q = prefs[1].P @ pi
+    pol = D.fit_kto_categorical(pi, pi * q, pi * (1 - q), beta=1.0)
+    h = np.log(pol / pi)
+    # KKT: ∂L/∂h_y = λ π_θ(y) for one λ (the constraint Σ π_ref e^h = 1)
+    d1 = -pi * q * expit(-h) + pi * (1 - q) * expit(h)
+    ratio = d1 / pol
+    np.testing.assert_allclose(ratio, ratio.mean(), atol=1e-8)
+
+
+def test_delta_method_constant_matches_monte_carlo(setup):
+    pi, prefs = setup
+    pref = prefs[3]
+    N, target = 5000, D.paired_target(pi, pref)
+    tvs = [D.tv(D.fit_ddro_categorical(pi, *(lambda C: (C.sum(1), C.sum(0)))(
+        D.sample_pairs(pi, pref, N, np.random.default_rng([s, 9]))), 0.5), target)
+        for s in range(300)]
+    assert np.mean(tvs) * np.sqrt(N) == pytest.approx(D.ddro_tv_constant(pi, pref), rel=0.08)
+
+
+def test_study_and_slope(setup):
+    pi, prefs = setup
+    df = D.categorical_study(pi, prefs[:1], [50, 100], [0, 1])
+    assert len(df) == 4 and set(df.columns) >= {"ddro", "dpo", "ddro_unpaired", "kto"}
+    again = D.categorical_study(pi, prefs[:1], [50, 100], [0, 1])
+    assert df.equals(again)
+    assert D.loglog_slope([10, 100, 1000], [1.0, 0.1, 0.01]) == pytest.approx(-1.0)
+    assert D.tv([1, 0], [0, 1]) == 1.0
+
+
+def test_sequence_policy_and_losses():
+    torch = pytest.importorskip("torch")
+    seqs = D.all_sequences(3, 3)
+    assert seqs.shape == (27, 3)
+    ref = D.GRUPolicy(3, seqs, hidden=8, seed=0)
+    lp = ref.log_probs().detach()
+    assert float(torch.logsumexp(lp, 0)) == pytest.approx(0.0, abs=1e-5)
+    pref = D.sequence_preference(seqs, 3, seed=0)
+    pi = torch.exp(lp).detach().double().numpy()
+    pi /= pi.sum()
+    C = D.expected_pairs(pi, pref, 1000.0)
+    lp_ref = lp.detach()
+    Ct = torch.as_tensor(C, dtype=lp.dtype)
+    start = float(D.neural_loss("ddro", lp_ref, lp_ref, Ct))
+    # the population DDRO loss is lowest at p₊ among these policies
+    target = torch.as_tensor(np.log(D.paired_target(pi, pref)), dtype=lp.dtype)
+    assert float(D.neural_loss("ddro", target, lp_ref, Ct)) < start
+    trained = D.train_neural("ddro", ref, C, steps=40, lr=0.05)
+    assert D.tv(trained, D.paired_target(pi, pref)) < D.tv(pi, D.paired_target(pi, pref))
+    with pytest.raises(ValueError):
+        D.neural_loss("ipo", lp_ref, lp_ref, Ct)
