@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 SCHEDULER_ENV = "COMPANION_SCHEDULER"
@@ -32,8 +33,12 @@ def _call(fn: Callable, point: dict, seed: int) -> dict:
 
 
 def sweep(fn: Callable, grid, seeds: Iterable[int] = (0,), *, jobs: int | None = None,
-          scheduler: str | None = None, progress: bool = True, desc: str | None = None) -> list[dict]:
-    """Evaluate ``fn`` at every grid point and seed; see the module docstring."""
+          scheduler: str | None = None, progress: bool | None = None, desc: str | None = None) -> list[dict]:
+    """Evaluate ``fn`` at every grid point and seed; see the module docstring. ``progress``
+    (a tqdm bar) defaults to on in a terminal and off inside a notebook run by papermill, which
+    shows its own per-cell progress and would otherwise store every tick in the page."""
+    if progress is None:
+        progress = sys.stderr.isatty()
     tasks = [(p, int(s)) for p in grid_points(grid) for s in seeds]
     scheduler = scheduler or os.environ.get(SCHEDULER_ENV) or None
     if scheduler:
@@ -44,7 +49,7 @@ def sweep(fn: Callable, grid, seeds: Iterable[int] = (0,), *, jobs: int | None =
             return client.gather(futures)
     jobs = jobs if jobs is not None else int(os.environ.get("COMPANION_JOBS", "1"))
     if jobs == 1:
-        from tqdm.auto import tqdm
+        from tqdm import tqdm
 
         it = tqdm(tasks, desc=desc or getattr(fn, "__name__", "sweep"), disable=not progress,
                   leave=False)
