@@ -151,6 +151,13 @@ class ReasoningTree:
         return order
 
 
+def base_success(tree: ReasoningTree) -> dict:
+    """The uniform base model's chance of a right chain, ``(#right chains)/d^k``, and of a
+    right answer, which adds the reward-hacking share ``(1 − c)·q``."""
+    c = tree.n_correct_paths() / tree.d**tree.k
+    return {"chain": c, "answer": c + (1 - c) * tree.q}
+
+
 def parity(d: int, k: int, target=None, blocked: bool = False) -> ReasoningTree:
     """Parity of ``k`` chosen bits: the paper's instance (target ``0..k-1`` by default)."""
     target = tuple(range(k)) if target is None else tuple(target)

@@ -51,6 +51,17 @@ def test_wrong_paths_are_rewarded_at_rate_q(tree):
     assert np.allclose(rate[~right], tree.q)
 
 
+def test_base_success_matches_simulation():
+    tree = C.parity(4, 3)
+    rng = np.random.default_rng(9)
+    paths = rng.integers(0, 4, size=(200_000, 3))
+    x = tree.sample_inputs(rng, (200_000,))
+    base = C.base_success(tree)
+    assert np.isclose(base["chain"], 6 / 64)
+    assert abs(tree.is_correct(paths).mean() - base["chain"]) < 0.003
+    assert abs(tree.terminal_reward(x, paths).mean() - base["answer"]) < 0.004
+
+
 # -- REINFORCE --------------------------------------------------------------------------------------
 def test_reinforce_gradient_matches_autograd():
     rng = np.random.default_rng(0)
