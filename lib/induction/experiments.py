@@ -1,0 +1,107 @@
+"""The chapter's experiments, one grid cell at a time (each cell draws from its own seeded
+stream, so a sweep gives the same numbers in any order, locally or on a cluster).
+
+    ood_cell(n_trg=4, l_min=3, l_max=10, seed=0, n_vocab=32)  # → accuracy, pseudo, leftmost
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.optimize import curve_fit
+
+from lib.induction.data import LengthDist, sample_ood
+from lib.induction.one_layer import Embedding, evaluate, predict, train_two_step
+from lib.induction.theory import lemma7_w_kq, max_sum_ratio
+
+
+def fig3_grid(l_lo: int = 3, l_hi: int = 15, step: int = 1) -> list[dict]:
+    """The ``(ℓ_min, ℓ_max)`` cells of the paper's Fig. 3: ``ℓ_min ∈ l_lo..l_hi−1``,
+    ``ℓ_max ∈ ℓ_min+1..l_hi`` (every ``step``-th value of each)."""
+    return [{"l_min": a, "l_max": b} for a in range(l_lo, l_hi, step)
+            for b in range(a + 1, l_hi + 1, step)]
+
+
+def n_pos_for(l_max: int) -> int:
+    """Positional embedding size ``L = 2ℓ_max + 4`` (the sequence plus its target)."""
+    return 2 * l_max + 4
+
+
+def ood_cell(n_trg: int, l_min: int, l_max: int, seed: int, *, n_vocab: int, n_pos: int,
+             eta_v: float = 1e3, eta_kq: float = 1e4, m_train: int = 8192,
+             m_test: int = 1024) -> dict:
+    """Train the one-layer model with Algorithm 1 on ``Unif{l_min..l_max}`` and test it on the
+    OOD distribution: accuracy, pseudo rate and leftmost rate, plus ``R``."""
+    rng = np.random.default_rng([seed, n_trg, l_min, l_max, n_vocab])
+    dist = LengthDist.uniform(l_min, l_max)
+    emb = Embedding(n_pos, n_vocab)
+    w_kq, w_v = train_two_step(rng, emb, n_trg, dist, eta_v=eta_v, eta_kq=eta_kq,
+                               m_v=m_train, m_kq=m_train)
+    test = sample_ood(rng, n_vocab, n_trg, l_min, l_max, m_test)
+    return {"R": max_sum_ratio(dist), **evaluate(emb, test, w_kq, w_v)}
+
+
+def mechanism_cell(n_trg: int, l_min: int, l_max: int, seed: int, *, n_vocab: int, n_pos: int,
+                   m_test: int = 1024, scale: float = 1e6) -> dict:
+    """The leading-order theory's accuracy on the same OOD test: the model with Lemma 7's
+    ``W_KQ`` (scaled up: hard attention, the regime of large ``η_V η_KQ``) and the value matrix
+    that copies a key's token and previous token to the output (``W_V``'s leading order)."""
+    rng = np.random.default_rng([seed, n_trg, l_min, l_max, n_vocab, 1])
+    dist = LengthDist.uniform(l_min, l_max)
+    emb = Embedding(n_pos, n_vocab)
+    w_kq = scale * lemma7_w_kq(dist, n_trg, n_vocab, n_pos)
+    w_v = np.zeros((n_vocab, emb.dim))
+    blocks = emb.blocks()
+    w_v[:, blocks["token"]] = np.eye(n_vocab)
+    w_v[:, blocks["previous"]] = np.eye(n_vocab)
+    w_v[:n_trg] = 0.0  # the output is never a trigger: W_V's step gives triggers no logit
+    test = sample_ood(rng, n_vocab, n_trg, l_min, l_max, m_test)
+    pred = predict(emb, test, w_kq, w_v)
+    return {"R": max_sum_ratio(dist), "accuracy": float(np.mean(pred == test.target))}
+
+
+def _logistic(log_r, log_r_star, width):
+    return 1.0 / (1.0 + np.exp((log_r - log_r_star) / width))
+
+
+def fit_transition(r, accuracy) -> dict:
+    """Fit ``accuracy ≈ 1/(1 + exp((log R − log R*)/w))`` (least squares); ``R*`` is where the
+    fitted accuracy crosses 50%."""
+    log_r = np.log(np.asarray(r, dtype=float))
+    acc = np.asarray(accuracy, dtype=float)
+    p0 = [float(np.median(log_r)), 0.2]
+    try:
+        (log_r_star, width), _ = curve_fit(_logistic, log_r, acc, p0=p0, maxfev=20000)
+    except (RuntimeError, TypeError):  # no convergence, or fewer cells than parameters
+        return {"r_star": float("nan"), "width": float("nan")}
+    return {"r_star": float(np.exp(log_r_star)), "width": float(abs(width))}
+
+
+def loglog_slope(x, y) -> float:
+    """Least-squares slope of ``log y`` against ``log x``."""
+    return float(np.polyfit(np.log(np.asarray(x, float)), np.log(np.asarray(y, float)), 1)[0])
+
+
+def ratio_grid(n_trg: int, l_lo: int, l_hi: int) -> np.ndarray:
+    """``N_trg · R(Unif{ℓ_min..ℓ_max})`` indexed ``[ℓ_min − l_lo, ℓ_max − l_lo]`` (NaN below
+    the diagonal), for contours over the Fig. 3 heatmaps."""
+    size = l_hi - l_lo + 1
+    out = np.full((size, size), np.nan)
+    for i in range(size):
+        for j in range(i, size):
+            out[i, j] = n_trg * max_sum_ratio(LengthDist.uniform(l_lo + i, l_lo + j))
+    return out
+
+
+def lemma7_point(n_trg: int, dist: LengthDist, seed: int, *, n_vocab: int, n_pos: int,
+                 m: int, eta_v: float = 1e3, eta_kq: float = 1e4) -> dict:
+    """Algorithm 1 with a large sample ``m`` (the "population" version): the measured
+    (largest positional entry)/(induction entry) of ``W_KQ`` beside ``N_trg·R`` and Lemma 7's
+    exact leading-order ratio."""
+    from lib.induction.theory import lemma7_ratio, measured_ratio
+
+    rng = np.random.default_rng([seed, n_trg, n_vocab, 17, *dist.lengths.tolist()])
+    w_kq, _ = train_two_step(rng, Embedding(n_pos, n_vocab), n_trg, dist, eta_v=eta_v,
+                             eta_kq=eta_kq, m_v=m, m_kq=m)
+    measured = measured_ratio(w_kq.numpy(), n_pos, n_vocab, n_trg)
+    return {"n_trg_R": n_trg * max_sum_ratio(dist), "lemma7": lemma7_ratio(dist, n_trg),
+            "measured": measured["ratio"]}

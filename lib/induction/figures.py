@@ -1,0 +1,68 @@
+"""The chapter's two figure types that the shared :mod:`lib.plotting` does not cover: a
+``W_KQ`` heatmap with its feature blocks marked, and an ``(ℓ_min, ℓ_max)`` grid heatmap."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lib.induction.one_layer import Embedding
+
+BLOCK_NAMES = {"position": "$p$", "token": "$e_{z_t}$", "previous": "$e_{z_{t-1}}$"}
+
+
+def wkq_heatmap(ax, w, emb: Embedding, title: str, n_pos_shown: int | None = None):
+    """``W_KQ`` (rows: key features, columns: query features) scaled to its largest absolute
+    entry, with the position / token / previous-token blocks marked. ``n_pos_shown`` crops the
+    position block to its first positions so small blocks stay visible."""
+    w = np.asarray(w, dtype=float)
+    L, N = emb.n_pos, emb.n_vocab
+    keep = n_pos_shown or L
+    idx = np.r_[0:keep, L:L + 2 * N]
+    w = w[np.ix_(idx, idx)]
+    w = w / np.abs(w).max()
+    im = ax.imshow(w, cmap="RdBu_r", vmin=-1, vmax=1, interpolation="nearest")
+    edges = [keep, keep + N]
+    for e in edges:
+        ax.axhline(e - 0.5, color="black", linewidth=0.8)
+        ax.axvline(e - 0.5, color="black", linewidth=0.8)
+    centres = [keep / 2, keep + N / 2, keep + 1.5 * N]
+    ax.set_xticks(centres, list(BLOCK_NAMES.values()))
+    ax.set_yticks(centres, list(BLOCK_NAMES.values()))
+    ax.set_xlabel("query feature ($x_T$)")
+    ax.set_ylabel("key feature ($x_t$)")
+    ax.set_title(title)
+    ax.grid(False)
+    return im
+
+
+def grid_array(records: list[dict], key: str, l_lo: int, l_hi: int) -> np.ndarray:
+    """Mean of ``key`` per ``(ℓ_min, ℓ_max)`` cell as an array indexed
+    ``[ℓ_min − l_lo, ℓ_max − l_lo]`` (NaN where no cell)."""
+    size = l_hi - l_lo + 1
+    total = np.zeros((size, size))
+    count = np.zeros((size, size))
+    for r in records:
+        i, j = r["l_min"] - l_lo, r["l_max"] - l_lo
+        total[i, j] += r[key]
+        count[i, j] += 1
+    with np.errstate(invalid="ignore"):
+        return np.where(count > 0, total / np.maximum(count, 1), np.nan)
+
+
+def grid_heatmap(ax, values: np.ndarray, l_lo: int, title: str, vmin=0.0, vmax=1.0,
+                 cmap="viridis", contour: np.ndarray | None = None,
+                 level: float | None = None):
+    """Heatmap over ``(ℓ_max, ℓ_min)``; optionally the contour ``contour = level``."""
+    size = values.shape[0]
+    extent = (l_lo - 0.5, l_lo + size - 0.5, l_lo - 0.5, l_lo + size - 0.5)
+    im = ax.imshow(values, origin="lower", extent=extent, vmin=vmin, vmax=vmax, cmap=cmap,
+                   interpolation="nearest")
+    if contour is not None and level is not None:
+        grid = np.arange(l_lo, l_lo + size)
+        ax.contour(grid, grid, contour, levels=[level], colors="black", linestyles="--",
+                   linewidths=1.6)
+    ax.set_xlabel(r"$\ell_{\max}$")
+    ax.set_ylabel(r"$\ell_{\min}$")
+    ax.set_title(title)
+    ax.grid(False)
+    return im

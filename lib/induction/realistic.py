@@ -1,0 +1,109 @@
+"""The "realistic" transformer of the paper's Fig. 4: several pre-norm layers of causal
+multi-head attention (separate keys and queries) and MLPs with residual connections, learned
+token and absolute position embeddings, all trained together with AdamW on the last token's
+cross-entropy. The paper gives 3 layers, N = 32, N_trg = 1; width, heads, learning rate and
+steps are our choices (see the chapter's "What we reconstructed").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from lib.induction.data import PAD, Batch, LengthDist, sample_ood, sample_train
+
+
+@dataclass(frozen=True)
+class RealisticConfig:
+    n_vocab: int = 32
+    n_trg: int = 1
+    n_pos: int = 84
+    n_layers: int = 3
+    d_model: int = 128
+    n_heads: int = 4
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    batch: int = 256
+    steps: int = 10_000
+
+
+class Block(nn.Module):
+    def __init__(self, d: int, heads: int):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.attn = nn.MultiheadAttention(d, heads, batch_first=True)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+
+    def forward(self, h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        a = self.ln1(h)
+        h = h + self.attn(a, a, a, attn_mask=mask, need_weights=False)[0]
+        return h + self.mlp(self.ln2(h))
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: RealisticConfig):
+        super().__init__()
+        self.tok = nn.Embedding(cfg.n_vocab + 1, cfg.d_model)  # the last id pads
+        self.pos = nn.Embedding(cfg.n_pos, cfg.d_model)
+        self.blocks = nn.ModuleList(Block(cfg.d_model, cfg.n_heads)
+                                    for _ in range(cfg.n_layers))
+        self.ln = nn.LayerNorm(cfg.d_model)
+        self.head = nn.Linear(cfg.d_model, cfg.n_vocab)
+        self.pad = cfg.n_vocab
+
+    def forward(self, tokens: torch.Tensor, length: torch.Tensor) -> torch.Tensor:
+        """Logits for the token after position ``T`` of each (right-padded) sequence."""
+        B, T = tokens.shape
+        h = self.tok(tokens.masked_fill(tokens == PAD, self.pad)) + self.pos(torch.arange(T))
+        causal = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+        for block in self.blocks:
+            h = block(h, causal)
+        return self.head(self.ln(h[torch.arange(B), length - 1]))
+
+
+def _tensors(batch: Batch):
+    return torch.as_tensor(batch.tokens), torch.as_tensor(batch.length)
+
+
+def train(cfg: RealisticConfig, dist: LengthDist, seed: int) -> Transformer:
+    """Train a fresh model with AdamW on ``cfg.steps`` batches of fresh pretraining sequences."""
+    if 2 * dist.l_max + 3 > cfg.n_pos:
+        raise ValueError(f"n_pos={cfg.n_pos} is too small for ℓ_max={dist.l_max}")
+    rng = np.random.default_rng([seed, dist.l_min, dist.l_max, 7])
+    torch.manual_seed(int(rng.integers(2**31)))
+    model = Transformer(cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    for _ in range(cfg.steps):
+        batch = sample_train(rng, cfg.n_vocab, cfg.n_trg, dist, cfg.batch)
+        loss = nn.functional.cross_entropy(model(*_tensors(batch)),
+                                           torch.as_tensor(batch.target))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    return model
+
+
+@torch.no_grad()
+def evaluate(model: Transformer, batch: Batch) -> dict:
+    """Accuracy, pseudo rate and leftmost rate of the argmax prediction (as in the one-layer
+    model's :func:`lib.induction.one_layer.evaluate`)."""
+    model.eval()
+    pred = model(*_tensors(batch)).argmax(dim=1).numpy()
+    model.train()
+    return {"accuracy": float(np.mean(pred == batch.target)),
+            "pseudo": float(np.mean(pred == batch.pseudo)),
+            "leftmost": float(np.mean(pred == batch.leftmost))}
+
+
+def realistic_cell(l_min: int, l_max: int, seed: int, *, m_test: int = 1024,
+                   **config) -> dict:
+    """One cell of Fig. 4: train on ``Unif{l_min..l_max}``, test on the OOD distribution."""
+    cfg = RealisticConfig(**config)
+    dist = LengthDist.uniform(l_min, l_max)
+    model = train(cfg, dist, seed)
+    test = sample_ood(np.random.default_rng([seed, l_min, l_max, 8]), cfg.n_vocab, cfg.n_trg,
+                      l_min, l_max, m_test)
+    return evaluate(model, test)

@@ -1,0 +1,195 @@
+"""Tests of lib.induction (chapter 01): the task, the model's gradients, the theory."""
+
+import numpy as np
+import pytest
+import torch
+
+from lib.induction import experiments as E
+from lib.induction import theory as TH
+from lib.induction.data import PAD, LengthDist, ood_lengths, sample_ood, sample_train
+from lib.induction.one_layer import (Embedding, _grads_at_zero_kq, evaluate, reference_grad,
+                                     train_two_step)
+from lib.induction.realistic import RealisticConfig, Transformer, realistic_cell
+
+N, N_TRG = 9, 2
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """The tensors here are small: one thread is faster (and cheaper on a shared machine)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+# -- the task ------------------------------------------------------------------------------
+def test_training_sequences_follow_definition_1():
+    rng = np.random.default_rng(0)
+    b = sample_train(rng, N, N_TRG, LengthDist.uniform(2, 5), 500)
+    assert np.all(b.l1 == b.l2) and np.all(b.length == 2 * b.l1 + 3)
+    for i in range(len(b)):
+        z = b.tokens[i, :b.length[i]]
+        assert z[b.l1[i]] == b.trigger[i] == z[-1] < N_TRG
+        assert z[b.l1[i] + 1] == b.target[i] >= N_TRG
+        fillers = np.delete(z, [b.l1[i], b.l1[i] + 1, b.length[i] - 1])
+        assert np.all(fillers >= N_TRG)
+        assert np.all(b.tokens[i, b.length[i]:] == PAD)
+        assert b.pseudo[i] == b.target[i]  # in distribution, ℓ̄+2 is the output position
+
+
+def test_ood_lengths_are_uniform_on_the_allowed_set():
+    rng = np.random.default_rng(1)
+    l1, l2 = ood_lengths(rng, 2, 4, 60_000)
+    ell = (l1 + l2) // 2
+    assert np.all(l1 + l2 == 2 * ell) and np.all(l1 != ell) and np.all(l1 >= 1)
+    assert set(np.unique(ell)) == {3, 4}
+    for e in (3, 4):
+        values, counts = np.unique(l1[ell == e], return_counts=True)
+        assert values.tolist() == [v for v in range(1, 2 * e) if v != e]
+        assert counts.max() / counts.min() < 1.15
+
+
+def test_ood_batch_error_mode_targets():
+    rng = np.random.default_rng(2)
+    b = sample_ood(rng, N, N_TRG, 3, 6, 200)
+    for i in range(len(b)):
+        mid = (b.l1[i] + b.l2[i]) // 2
+        assert b.pseudo[i] == b.tokens[i, mid + 1]
+        assert b.leftmost[i] == b.tokens[i, 3 + 1]
+
+
+@pytest.mark.parametrize("bad", [dict(lengths=[0, 1], probs=[.5, .5]),
+                                 dict(lengths=[1, 1], probs=[.5, .5]),
+                                 dict(lengths=[1, 2], probs=[.5, .6])])
+def test_length_dist_rejects_bad_input(bad):
+    with pytest.raises(ValueError):
+        LengthDist(np.array(bad["lengths"]), np.array(bad["probs"]))
+
+
+# -- the model -------------------------------------------------------------------------------
+def test_sparse_features_match_dense_embedding():
+    emb = Embedding(16, N)
+    b = sample_train(np.random.default_rng(3), N, N_TRG, LengthDist.uniform(1, 6), 20)
+    dense = emb(b.tokens)
+    idx = emb.features(b.tokens)
+    rebuilt = torch.zeros(*idx.shape[:2], emb.dim + 1).scatter_add_(
+        2, idx, torch.ones(idx.shape))[..., :emb.dim]
+    assert torch.equal(dense, rebuilt)
+    assert torch.all(dense[:, 0, emb.blocks()["previous"]] == 0)  # nothing before position 1
+
+
+@pytest.mark.parametrize("wrt", ["v", "kq"])
+def test_closed_form_gradients_match_autograd(wrt):
+    emb = Embedding(16, N)
+    b = sample_train(np.random.default_rng(4), N, N_TRG, LengthDist.uniform(1, 6), 32)
+    w_v = torch.randn(N, emb.dim, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    g_v, g_kq = _grads_at_zero_kq(emb, b, w_v)
+    ref = reference_grad(emb, b, torch.zeros(emb.dim, emb.dim), w_v.float(), wrt).double()
+    mine = (g_v if wrt == "v" else g_kq) / len(b)
+    assert torch.allclose(mine, ref, atol=1e-5)
+
+
+def test_first_step_value_matrix_matches_its_expectation():
+    """W_V after step 1 (η_V = 1, one length ℓ): its token block is
+    (1/T)(diag μ − u μᵀ) + ((T−3)/T)(μ − u)μᵀ + (2/T)(μ − u)νᵀ, μ/ν uniform on ordinary/trigger
+    tokens, u uniform on all."""
+    ell, T = 3, 9
+    emb = Embedding(10, N)
+    _, w_v = train_two_step(np.random.default_rng(5), emb, N_TRG, LengthDist.point(ell),
+                            eta_v=1.0, eta_kq=0.0, m_v=2**17, m_kq=1)
+    mu = np.r_[np.zeros(N_TRG), np.full(N - N_TRG, 1 / (N - N_TRG))]
+    nu = np.r_[np.full(N_TRG, 1 / N_TRG), np.zeros(N - N_TRG)]
+    u = np.full(N, 1 / N)
+    expected = ((np.diag(mu) - np.outer(u, mu)) / T + (T - 3) / T * np.outer(mu - u, mu)
+                + 2 / T * np.outer(mu - u, nu))
+    assert np.allclose(w_v[:, emb.blocks()["token"]].numpy(), expected, atol=2e-3)
+
+
+def test_perfect_induction_head_generalises_and_shortcut_does_not():
+    emb = Embedding(20, N)
+    blk = emb.blocks()
+    w_v = np.zeros((N, emb.dim))
+    w_v[:, blk["token"]] = np.eye(N)
+    test = sample_ood(np.random.default_rng(6), N, N_TRG, 3, 8, 300)
+    induction = np.zeros((emb.dim, emb.dim))
+    for w in range(N_TRG):
+        induction[blk["previous"].start + w, blk["token"].start + w] = 50.0
+    assert evaluate(emb, test, induction, w_v)["accuracy"] == 1.0
+    shortcut = np.zeros((emb.dim, emb.dim))
+    for ell in range(3, 9):
+        shortcut[ell + 1, 2 * ell + 2] = 50.0  # key at 1-based ℓ+2, query at T = 2ℓ+3
+    res = evaluate(emb, test, shortcut, w_v)
+    assert res["pseudo"] == 1.0 and res["accuracy"] < 0.3
+
+
+def test_cells_are_deterministic():
+    kw = dict(n_vocab=N, n_pos=E.n_pos_for(6), m_train=256, m_test=64)
+    assert E.ood_cell(2, 3, 6, 0, **kw) == E.ood_cell(2, 3, 6, 0, **kw)
+
+
+# -- theory ----------------------------------------------------------------------------------
+def test_max_sum_ratio_by_hand():
+    assert TH.max_sum_ratio(LengthDist.point(7)) == pytest.approx(1.0)
+    assert TH.max_sum_ratio(LengthDist(np.array([1, 2]), np.array([.5, .5]))) == pytest.approx(2 / 3)
+    l0, k = 4, 5
+    expected = (1 / l0) / sum(1 / (l0 + j) for j in range(k))
+    assert TH.max_sum_ratio(LengthDist.uniform(l0, l0 + k - 1)) == pytest.approx(expected)
+    # Lemma 7's weights 1/T(ℓ): T = 2ℓ+3
+    d = LengthDist(np.array([1, 3]), np.array([.25, .75]))
+    assert TH.lemma7_ratio(d, 4) == pytest.approx(4 * (.75 / 9) / (.25 / 5 + .75 / 9))
+
+
+def test_lemma7_matrix_blocks():
+    d = LengthDist(np.array([2, 5]), np.array([.3, .7]))
+    L = E.n_pos_for(5)
+    w = TH.lemma7_w_kq(d, N_TRG, N, L)
+    m = TH.measured_ratio(w, L, N, N_TRG)
+    assert m["positional"] == pytest.approx(max(.3 / 7, .7 / 13))
+    assert m["induction"] == pytest.approx((.3 / 7 + .7 / 13) / N_TRG)
+    assert m["ratio"] == pytest.approx(TH.lemma7_ratio(d, N_TRG))
+    assert w[2 + 1, 7 - 1] == w[2 + 2, 7 - 1] == pytest.approx(.3 / 7)
+
+
+def test_population_two_steps_give_lemma7_ratio_for_one_length():
+    """One length: the positional and the induction entry come from the same key, so their
+    ratio is exactly N_trg in expectation."""
+    emb = Embedding(E.n_pos_for(6), 16)
+    w_kq, _ = train_two_step(np.random.default_rng(7), emb, 2, LengthDist.point(6),
+                             eta_v=1e3, eta_kq=1e4, m_v=2**15, m_kq=2**15)
+    assert TH.measured_ratio(w_kq.numpy(), emb.n_pos, 16, 2)["ratio"] == pytest.approx(2, rel=0.05)
+
+
+@pytest.mark.parametrize("n_trg", [2, 3, 5])
+def test_prop8_lp_matches_closed_form(n_trg):
+    q_lp, c_lp = TH.optimal_distribution_lp(n_trg, 20)
+    q_cf, c_cf = TH.optimal_distribution_closed_form(n_trg, 20)
+    assert c_lp == pytest.approx(c_cf, rel=1e-8)
+    assert np.allclose(q_lp, q_cf, atol=1e-7)
+    assert TH.max_sum_ratio(LengthDist(np.arange(1, 21), q_cf)) == pytest.approx(1 / n_trg)
+
+
+def test_uniform_window_to_reach_is_the_narrowest():
+    for n_trg, l0 in [(2, 1), (3, 1), (4, 3), (4, 10)]:
+        k = TH.uniform_window_to_reach(n_trg, l0)
+        assert TH.max_sum_ratio(LengthDist.uniform(l0, l0 + k - 1)) <= 1 / n_trg + 1e-12
+        if k > 1:
+            assert TH.max_sum_ratio(LengthDist.uniform(l0, l0 + k - 2)) > 1 / n_trg
+    assert TH.uniform_window_to_reach(2, 1) == 4  # 1 + 1/2 + 1/3 + 1/4 ≥ 2
+
+
+def test_fit_transition_recovers_a_known_crossing():
+    r = np.geomspace(0.05, 1, 40)
+    acc = 1 / (1 + np.exp((np.log(r) - np.log(0.2)) / 0.15))
+    assert E.fit_transition(r, acc)["r_star"] == pytest.approx(0.2, rel=1e-3)
+    assert E.loglog_slope(r, 3 * r**1.5) == pytest.approx(1.5)
+
+
+# -- the realistic model ---------------------------------------------------------------------
+def test_realistic_model_shapes_and_determinism():
+    cfg = RealisticConfig(n_vocab=N, n_trg=1, n_pos=20, d_model=16, n_heads=2, batch=8, steps=3)
+    b = sample_train(np.random.default_rng(8), N, 1, LengthDist.uniform(2, 5), 8)
+    out = Transformer(cfg)(torch.as_tensor(b.tokens), torch.as_tensor(b.length))
+    assert out.shape == (8, N)
+    kw = dict(n_vocab=N, n_trg=1, n_pos=20, d_model=16, n_heads=2, batch=8, steps=3, m_test=32)
+    assert realistic_cell(2, 5, 0, **kw) == realistic_cell(2, 5, 0, **kw)
