@@ -1,1 +1,8 @@
-"""Compiled kernels used by the book (sliding-window recurrences: :mod:`kernels.swr`)."""
+"""Compiled kernels used by the book (sliding-window recurrences: :mod:`kernels.swr`).
+
+``kernels/swr/`` follows flash-linear-attention's one-folder-per-operator layout: ``naive.py``
+(the readable reference the tests compare against), ``chunk.py`` (block two-pass in PyTorch,
+hand-written backward), ``compiled.py`` (the CPU fast path: a numba streaming loop, forward and
+adjoint), ``triton_b2p.py`` (fused B2P for GPUs), ``decode.py`` (token-by-token state) and
+``bench.py`` (``companion bench swr``).
+"""
