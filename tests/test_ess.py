@@ -198,3 +198,17 @@ def test_entropy_ess_never_exceeds_numerical_rank():
                O.swr_operator(rng, 40, block=8, channels=3)[0]):
         sv = S.hankel_singular_values(Tm)
         assert np.all(S.entropy_ess(sv) <= S.tolerance_ess(sv))
+
+
+def test_spearman_gap_bootstrap():
+    from lib.ess.analysis import spearman_gap_bootstrap
+
+    rng = np.random.default_rng(0)
+    y = np.arange(30.0)
+    good = y + rng.normal(0, 1, 30)              # ranks y almost perfectly
+    bad = rng.normal(0, 1, 30)                   # unrelated
+    out = spearman_gap_bootstrap(good, bad, y, np.random.default_rng(1), n_boot=200)
+    assert out["rho_a"] > 0.9 and abs(out["rho_b"]) < 0.5
+    assert out["gap_low"] > 0 and out["p_a_better"] == 1.0
+    swapped = spearman_gap_bootstrap(bad, good, y, np.random.default_rng(1), n_boot=200)
+    assert swapped["p_a_better"] == 0.0
