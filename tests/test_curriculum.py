@@ -98,6 +98,16 @@ def test_fast_sampler_matches_literal_protocol():
         assert abs(lit - fast) < 4.5 * np.sqrt(fast * (1 - fast) / 1500) + 1e-3
 
 
+def test_fast_sampler_matches_literal_protocol_on_mod_chain():
+    rng = np.random.default_rng(10)
+    tree = C.mod_chain(4, 2, p=5, a=2)
+    assert tree.n_correct_paths() == 1
+    for n in (60, 200):
+        lit = C.onestep_literal(tree, "direct", n, 1500, rng).mean()
+        fast = C.onestep_fast(4, 2, tree.q, n, 20_000, rng).mean()
+        assert abs(lit - fast) < 4.5 * np.sqrt(fast * (1 - fast) / 1500) + 1e-3
+
+
 @pytest.mark.parametrize("route", ["depth", "hint"])
 def test_curriculum_stages_are_the_same_bandit(route):
     rng = np.random.default_rng(3)
