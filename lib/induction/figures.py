@@ -58,11 +58,29 @@ def grid_heatmap(ax, values: np.ndarray, l_lo: int, title: str, vmin=0.0, vmax=1
     im = ax.imshow(values, origin="lower", extent=extent, vmin=vmin, vmax=vmax, cmap=cmap,
                    interpolation="nearest")
     if contour is not None and level is not None:
-        grid = np.arange(l_lo, l_lo + size)
-        ax.contour(grid, grid, contour, levels=[level], colors="black", linestyles="--",
-                   linewidths=1.6)
+        grid_contour(ax, contour, l_lo, level)
     ax.set_xlabel(r"$\ell_{\max}$")
     ax.set_ylabel(r"$\ell_{\min}$")
     ax.set_title(title)
     ax.grid(False)
     return im
+
+
+def grid_contour(ax, values: np.ndarray, l_lo: int, level: float, **kw):
+    """The contour ``values = level`` over a grid indexed ``[ℓ_min − l_lo, ℓ_max − l_lo]``."""
+    if not np.nanmin(values) < level < np.nanmax(values):
+        return None  # the level lies outside this grid
+    grid = np.arange(l_lo, l_lo + values.shape[0])
+    style = {"colors": kw.pop("color", "black"), "linestyles": kw.pop("linestyle", "--"),
+             "linewidths": kw.pop("linewidth", 1.6), **kw}
+    return ax.contour(grid, grid, values, levels=[level], **style)
+
+
+def log_axis(axis, ticks):
+    """A log-scaled axis labelled with plain numbers at ``ticks`` (no crowded minor labels)."""
+    from matplotlib.ticker import FixedLocator, NullFormatter, ScalarFormatter
+
+    axis.axes.set_xscale("log") if axis.axis_name == "x" else axis.axes.set_yscale("log")
+    axis.set_major_locator(FixedLocator(ticks))
+    axis.set_major_formatter(ScalarFormatter())
+    axis.set_minor_formatter(NullFormatter())
