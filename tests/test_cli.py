@@ -165,7 +165,6 @@ def test_out_dir_and_status(project, tmp_path):
 
 def test_jobs_runs_chapters_in_parallel_processes(project):
     """Two chapters at once (papermill changes the working directory, so each gets a process)."""
-    import shutil
 
     chapters = project / "book" / "chapters"
     nb = (chapters / "99-fixture.ipynb").read_text().replace('"99-fixture"', '"98-fixture"')
