@@ -146,8 +146,13 @@ def run(lengths: Sequence[int], B: int = 1, H: int = 16, D: int = 16, *, block: 
         impls: Sequence[str] = IMPLS, passes: Sequence[str] = ("fwd", "fwd+bwd"),
         repeats: int = 3, dtype: torch.dtype = torch.float32, seed: int = 0,
         max_sequential_L: int = 16384, max_attention_L: int = 16384, copy_gib: float = 1.0,
-        progress: bool = False) -> tuple[pd.DataFrame, float]:
+        threads: int | None = 1, progress: bool = False) -> tuple[pd.DataFrame, float]:
     """Time every implementation at every length; returns ``(table, copy_bytes_per_s)``.
+
+    ``threads``: PyTorch intra-op threads during the run (restored afterwards; ``None`` leaves
+    them alone). The default, 1, compares every method on one core, as the compiled SWR kernel
+    runs; it also keeps PyTorch's OpenMP workers from spinning against other jobs on a shared
+    machine, which made multi-threaded timings of the PyTorch baselines erratic.
 
     The sequential scan and full attention are skipped beyond ``max_sequential_L`` and
     ``max_attention_L`` (their cost is known: linear with a large constant, and quadratic)."""
@@ -157,6 +162,20 @@ def run(lengths: Sequence[int], B: int = 1, H: int = 16, D: int = 16, *, block: 
     bad_pass = set(passes) - {"fwd", "fwd+bwd"}
     if bad_pass:
         raise ValueError(f"passes must be 'fwd' and/or 'fwd+bwd', got {sorted(bad_pass)}")
+    previous = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        df, bandwidth = _run(lengths, B, H, D, block, impls, passes, repeats, dtype, seed,
+                             max_sequential_L, max_attention_L, copy_gib, progress)
+    finally:
+        torch.set_num_threads(previous)
+    df.attrs["threads"] = threads or previous
+    return df, bandwidth
+
+
+def _run(lengths, B, H, D, block, impls, passes, repeats, dtype, seed, max_sequential_L,
+         max_attention_L, copy_gib, progress):
     bandwidth = copy_bandwidth(copy_gib) if copy_gib > 0 else float("nan")
     rows = []
     for L in lengths:
@@ -209,7 +228,9 @@ def plot(df: pd.DataFrame, bandwidth: float | None = None):
                 P.theory(ax, Ls, per_token * Ls / bandwidth, label="copy-bandwidth floor")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        P.label(ax, "sequence length $L$ (tokens)", "time (s)", title=pass_, legend=ax is axes[0])
+        P.label(ax, "sequence length $L$ (tokens)", "time (s)", title=pass_, legend=False)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside right center")
     return fig
 
 
@@ -242,17 +263,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-sequential-L", type=int, default=16384)
     parser.add_argument("--max-attention-L", type=int, default=16384)
     parser.add_argument("--copy-gib", type=float, default=1.0)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="PyTorch threads for every method (0: leave PyTorch's default)")
     parser.add_argument("--plot", default="swr-bench.png", help="where to save the plot ('' for none)")
     parser.add_argument("--csv", default="", help="also save the table as CSV")
     args = parser.parse_args(argv)
     df, bw = run(args.lengths, args.batch, args.heads, args.dim, block=args.block, impls=args.impls,
                  passes=args.passes, repeats=args.repeats, dtype=getattr(torch, args.dtype),
                  max_sequential_L=args.max_sequential_L, max_attention_L=args.max_attention_L,
-                 copy_gib=args.copy_gib, progress=True)
+                 copy_gib=args.copy_gib, threads=args.threads or None, progress=True)
     with pd.option_context("display.width", 160, "display.max_rows", 500):
         print(df.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     print(f"\ncopy bandwidth (read + write, {args.copy_gib:g} GiB buffer): {bw / 1e9:.2f} GB/s; "
-          f"torch threads: {torch.get_num_threads()}")
+          f"torch threads during the run: {df.attrs['threads']}")
     for key, value in summary(df, bw).items():
         print(f"{key}: {value if value is None else f'{value:.3g}'}")
     if args.csv:
