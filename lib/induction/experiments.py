@@ -6,8 +6,10 @@ stream, so a sweep gives the same numbers in any order, locally or on a cluster)
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
-from scipy.optimize import curve_fit
+from scipy.optimize import OptimizeWarning, curve_fit
 
 from lib.induction.data import LengthDist, sample_ood
 from lib.induction.one_layer import Embedding, evaluate, predict, train_two_step
@@ -70,7 +72,9 @@ def fit_transition(r, accuracy) -> dict:
     acc = np.asarray(accuracy, dtype=float)
     p0 = [float(np.median(log_r)), 0.2]
     try:
-        (log_r_star, width), _ = curve_fit(_logistic, log_r, acc, p0=p0, maxfev=20000)
+        with warnings.catch_warnings():  # the parameter covariance is not used
+            warnings.simplefilter("ignore", OptimizeWarning)
+            (log_r_star, width), _ = curve_fit(_logistic, log_r, acc, p0=p0, maxfev=20000)
     except (RuntimeError, TypeError):  # no convergence, or fewer cells than parameters
         return {"r_star": float("nan"), "width": float("nan")}
     return {"r_star": float(np.exp(log_r_star)), "width": float(abs(width))}
