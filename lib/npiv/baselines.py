@@ -1,0 +1,200 @@
+"""Baselines for NPIV: sieve 2SLS and kernel IV (closed forms) and DFIV (deep features with
+closed-form ridge stages).
+
+All three estimate ``h`` in ``E[Y | W] = E[h(A) | W]`` by two regressions: stage I projects
+treatment features on instrument features, stage II regresses ``Y`` on the projected
+treatment features. A treatment may be a linear functional of ``h`` (off-policy evaluation):
+it is given as ``(z, z_next, kappa)`` and its features are ``φ(z) + κ φ(z_next)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+
+def _sq_dists(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    return np.maximum((x * x).sum(1)[:, None] + (y * y).sum(1)[None, :] - 2 * x @ y.T, 0.0)
+
+
+def median_bandwidth(x: np.ndarray) -> float:
+    """The median heuristic: the median pairwise distance of (up to 500 of) the points."""
+    d = np.sqrt(_sq_dists(x[:500], x[:500]))
+    return float(np.median(d[np.triu_indices(len(d), 1)]))
+
+
+def gauss_kernel(x: np.ndarray, y: np.ndarray, bandwidth: float) -> np.ndarray:
+    return np.exp(-_sq_dists(x, y) / (2 * bandwidth**2))
+
+
+def two_stage_least_squares(psi_a: np.ndarray, phi_w: np.ndarray, y: np.ndarray,
+                            ridge1: float = 1e-6, ridge2: float = 1e-6) -> np.ndarray:
+    """Coefficients θ of ``h = ψᵀθ`` from treatment features ``psi_a`` (n, p), instrument
+    features ``phi_w`` (n, q) and outcomes ``y``: stage I ``ψ̂ = P ψ`` with the ridge
+    projection ``P = Φ(ΦᵀΦ + nλ₁I)⁻¹Φᵀ``; stage II ``θ = (ψ̂ᵀψ̂ + nλ₂I)⁻¹ ψ̂ᵀ y``.
+    With ``λ₁ = λ₂ = 0`` and ``p = q`` this is the textbook 2SLS (ΦᵀΨ)⁻¹Φᵀy."""
+    n = len(y)
+    q = phi_w.shape[1]
+    coef1 = np.linalg.solve(phi_w.T @ phi_w + n * ridge1 * np.eye(q), phi_w.T @ psi_a)
+    psi_hat = phi_w @ coef1
+    p = psi_a.shape[1]
+    return np.linalg.solve(psi_hat.T @ psi_hat + n * ridge2 * np.eye(p), psi_hat.T @ y)
+
+
+@dataclass
+class Sieve2SLS:
+    """2SLS on Gaussian radial-basis sieves (``n_basis`` centres drawn from the sample, the
+    median-heuristic bandwidth) plus a constant, for treatment and instrument alike."""
+
+    n_basis: int = 50
+    ridge: float = 1e-4
+
+    def fit(self, A: np.ndarray, W: np.ndarray, Y: np.ndarray, rng: np.random.Generator):
+        idx_a = rng.choice(len(A), self.n_basis, replace=False)
+        idx_w = rng.choice(len(W), self.n_basis, replace=False)
+        self.ca, self.cw = A[idx_a], W[idx_w]
+        self.ba, self.bw = median_bandwidth(A), median_bandwidth(W)
+        self.theta = two_stage_least_squares(self._fa(A), self._fw(W), Y, self.ridge,
+                                             self.ridge)
+        return self
+
+    def _fa(self, A):
+        return np.hstack([np.ones((len(A), 1)), gauss_kernel(A, self.ca, self.ba)])
+
+    def _fw(self, W):
+        return np.hstack([np.ones((len(W), 1)), gauss_kernel(W, self.cw, self.bw)])
+
+    def predict(self, A: np.ndarray) -> np.ndarray:
+        return self._fa(A) @ self.theta
+
+
+@dataclass
+class KernelIV:
+    """Kernel instrumental-variable regression (Singh, Sahani & Gretton, 2019), closed form.
+
+    The sample is split in halves: stage I is a kernel ridge regression of the treatment's
+    feature map on the instruments (half 1), stage II a ridge regression of ``Y`` (half 2)
+    on the projected features. The two ridge parameters are chosen from a grid by the
+    method's out-of-sample stage losses (stage I on half 2, stage II on half 1)."""
+
+    grid: tuple[float, ...] = (1e-5, 1e-4, 1e-3, 1e-2, 1e-1)
+
+    def fit(self, A: np.ndarray, W: np.ndarray, Y: np.ndarray, rng: np.random.Generator):
+        perm = rng.permutation(len(Y))
+        i1, i2 = perm[: len(Y) // 2], perm[len(Y) // 2:]
+        self.A1 = A[i1]
+        self.ba, bw = median_bandwidth(A), median_bandwidth(W)
+        KA11 = gauss_kernel(A[i1], A[i1], self.ba)
+        KA12 = gauss_kernel(A[i1], A[i2], self.ba)
+        KW11 = gauss_kernel(W[i1], W[i1], bw)
+        KW12 = gauss_kernel(W[i1], W[i2], bw)
+        n1, n2 = len(i1), len(i2)
+        KA22 = gauss_kernel(A[i2], A[i2], self.ba)
+
+        def stage1(lam1):  # (n1, n2): coefficients of the projected features at W2
+            return np.linalg.solve(KW11 + n1 * lam1 * np.eye(n1), KW12)
+
+        def loss1(lam1):  # out-of-sample stage-I loss, in RKHS norm
+            G = stage1(lam1)
+            return np.trace(KA22 - 2 * KA12.T @ G + G.T @ KA11 @ G) / n2
+
+        lam1 = min(self.grid, key=loss1)
+        Wm = KA11 @ stage1(lam1)  # (n1, n2)
+
+        def stage2(xi):
+            return np.linalg.solve(Wm @ Wm.T + n2 * xi * KA11, Wm @ Y[i2])
+
+        G1 = np.linalg.solve(KW11 + n1 * lam1 * np.eye(n1), KW11)  # projection at W1
+
+        def loss2(xi):  # out-of-sample stage-II loss on half 1
+            alpha = stage2(xi)
+            return np.mean((Y[i1] - (KA11 @ G1).T @ alpha) ** 2)
+
+        self.alpha = stage2(min(self.grid, key=loss2))
+        return self
+
+    def predict(self, A: np.ndarray) -> np.ndarray:
+        return gauss_kernel(A, self.A1, self.ba) @ self.alpha
+
+
+# --------------------------------------------------------------------------------- DFIV
+def _mlp(d_in: int, width: int, d_out: int) -> torch.nn.Sequential:
+    return torch.nn.Sequential(torch.nn.Linear(d_in, width), torch.nn.ReLU(),
+                               torch.nn.Linear(width, width), torch.nn.ReLU(),
+                               torch.nn.Linear(width, d_out))
+
+
+def _ridge(X: torch.Tensor, Y: torch.Tensor, lam: float) -> torch.Tensor:
+    """argmin_B ‖Y − XB‖² + n λ ‖B‖² (differentiable)."""
+    n, p = X.shape
+    return torch.linalg.solve(X.T @ X + n * lam * torch.eye(p, dtype=X.dtype), X.T @ Y)
+
+
+@dataclass
+class DFIV:
+    """Deep feature instrumental variable regression (Xu et al., 2021).
+
+    ``h(a) = uᵀ[ψ_θ(a), 1]``; instrument features ``φ_ξ(w)``. Each iteration takes
+    ``stage1_steps`` Adam steps on ξ for the stage-I ridge loss (treatment features on
+    instrument features) and one Adam step on θ for the stage-II loss, differentiating
+    through both closed-form ridge solutions. Both stages use the whole sample."""
+
+    width: int = 32
+    n_features: int = 16
+    iterations: int = 300
+    stage1_steps: int = 2
+    lr: float = 1e-3
+    ridge1: float = 1e-3
+    ridge2: float = 1e-3
+
+    def fit(self, z, W, Y, seed: int, z_next=None, kappa=None):
+        g = torch.Generator().manual_seed(int(seed))
+        with torch.random.fork_rng():
+            torch.manual_seed(int(g.seed()) % (2**31))
+            self.psi = _mlp(z.shape[1], self.width, self.n_features).double()
+            self.phi = _mlp(W.shape[1], self.width, self.n_features).double()
+        t = lambda a: None if a is None else torch.as_tensor(np.asarray(a), dtype=torch.float64)  # noqa: E731
+        z, W, Y, z_next, kappa = t(z), t(W), t(Y)[:, None], t(z_next), t(kappa)
+        opt_psi = torch.optim.Adam(self.psi.parameters(), lr=self.lr)
+        opt_phi = torch.optim.Adam(self.phi.parameters(), lr=self.lr)
+        ones = torch.ones(len(Y), 1, dtype=torch.float64)
+
+        def treat():
+            f = torch.cat([self.psi(z), ones], 1)
+            if z_next is not None:
+                f = f + kappa[:, None] * torch.cat([self.psi(z_next), ones], 1)
+            return f
+
+        def inst():
+            return torch.cat([self.phi(W), ones], 1)
+
+        for _ in range(self.iterations):
+            target = treat().detach()
+            for _ in range(self.stage1_steps):
+                Fw = inst()
+                V = _ridge(Fw, target, self.ridge1)
+                loss1 = ((target - Fw @ V) ** 2).sum(1).mean()
+                opt_phi.zero_grad()
+                loss1.backward()
+                opt_phi.step()
+            Fw = inst().detach()
+            V = _ridge(Fw, treat(), self.ridge1)
+            pred = Fw @ V
+            u = _ridge(pred, Y, self.ridge2)
+            loss2 = ((Y - pred @ u) ** 2).mean()
+            opt_psi.zero_grad()
+            loss2.backward()
+            opt_psi.step()
+        with torch.no_grad():
+            Fw = inst()
+            pred = Fw @ _ridge(Fw, treat(), self.ridge1)
+            self.u = _ridge(pred, Y, self.ridge2)
+        return self
+
+    def predict(self, z) -> np.ndarray:
+        with torch.no_grad():
+            zt = torch.as_tensor(np.asarray(z), dtype=torch.float64)
+            f = torch.cat([self.psi(zt), torch.ones(len(zt), 1, dtype=torch.float64)], 1)
+            return (f @ self.u).squeeze(1).numpy()

@@ -1,0 +1,309 @@
+"""Mean-field two-layer networks as particle systems, and F²BMLD.
+
+A mean-field network is the average of ``N`` neurons (particles) ``x = (w, b, c)``:
+
+    h(z; μ_N) = (1/N) Σ_i Ψ(z, x_i),      Ψ(z, x) = R · tanh(c) · tanh(wᵀz + b),
+
+so it is *linear* in the empirical measure μ_N of the particles. ``Ψ`` is bounded by ``R``, as
+the mean-field Langevin theory assumes. For a loss ``𝓛(μ) = Σ_j ℓ_j(h(z_j; μ))`` the first
+variation is ``δ𝓛/δμ(x) = Σ_j ℓ'_j · Ψ(z_j, x)`` and one step of mean-field Langevin dynamics
+(MFLD) for ``𝓛 + (ζ/2) E_μ‖x‖² + σ Ent(μ)`` moves every particle by
+
+    x ← x − η (∇_x δ𝓛/δμ(x) + ζ x) + √(2ησ) ξ,      ξ ~ N(0, I).
+
+Everything is batched: a leading dimension ``B`` holds independent runs (seeds, λ values,
+data sets) that advance together, so a sweep costs a few large tensor operations per step.
+
+F²BMLD (the paper's fully first-order bilevel MFLD) runs three particle systems on the
+penalty Lagrangian of the two-stage least-squares problem:
+
+    G(μ_a, μ_w) = ½ E (h_w(W) − h_a(A))²          (stage I: instrument model fits treatment model)
+    F(μ_w)      = ½ E (Y − h_w(W))²                (stage II: instrument model fits the outcome)
+    L_λ(μ_a, μ_w̃) = F(μ_w̃) + λ [G_σ(μ_a, μ_w̃) − min_μ G_σ(μ_a, μ)] + (ζ/2) E_{μ_a}‖x‖² + σ Ent(μ_a),
+
+with ``G_σ = G + (ζ/2)E‖x‖² + σ Ent``. ``μ_w`` tracks ``argmin G_σ(μ_a, ·)``, ``μ_w̃`` minimises
+``F + λ G_σ(μ_a, ·)`` (so its L2 weight is ``λζ`` and its temperature ``λσ``) and ``μ_a``
+descends ``λ [G(μ_a, μ_w̃) − G(μ_a, μ_w)]``, whose first variation needs only the two
+instrument models — no implicit differentiation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+Tensor = torch.Tensor
+DTYPE = torch.float32
+
+
+@dataclass
+class Inputs:
+    """Where a network is evaluated: ``h(z) + κ · h(z_next)`` per sample.
+
+    ``z``: (B, n, d). ``z_next``/``kappa`` (optional, (B, n, d) and (B, n)) express a
+    treatment that is a linear functional of the network, such as the off-policy-evaluation
+    treatment ``Q(s, a) − γ(1 − done) Q(s', π(s'))``.
+    """
+
+    z: Tensor
+    z_next: Tensor | None = None
+    kappa: Tensor | None = None
+
+    @property
+    def batch(self) -> int:
+        return self.z.shape[0]
+
+    @property
+    def dim(self) -> int:
+        return self.z.shape[-1]
+
+
+def as_inputs(z, z_next=None, kappa=None, batch: int | None = None) -> Inputs:
+    """Convert arrays to an :class:`Inputs` (adding the batch dimension, repeated if asked)."""
+
+    def t(a, extra):
+        if a is None:
+            return None
+        a = torch.as_tensor(np.asarray(a), dtype=DTYPE)
+        if a.dim() == extra:  # no batch dimension yet
+            a = a.unsqueeze(0)
+        if batch is not None and a.shape[0] == 1 and batch > 1:
+            a = a.expand(batch, *a.shape[1:]).contiguous()
+        return a
+
+    return Inputs(t(z, 2), t(z_next, 2), t(kappa, 1))
+
+
+@dataclass
+class Hidden:
+    """Hidden activations ``tanh(wᵀz + b)`` of a network at its inputs (and next inputs),
+    computed once per step and shared by the forward value and the particle gradient."""
+
+    inp: Inputs
+    s: Tensor                  # (B, n, N)
+    s_next: Tensor | None      # (B, n, N) or None
+
+
+@dataclass
+class MeanFieldNet:
+    """The particles of ``B`` independent mean-field networks: ``x`` has shape (B, N, d + 2),
+    columns ``[w (d), b, c]``; ``R`` bounds the output."""
+
+    x: Tensor
+    R: float = 4.0
+
+    @staticmethod
+    def init(batch: int, n_particles: int, dim: int, generator: torch.Generator,
+             scale: float = 0.05, R: float = 4.0) -> MeanFieldNet:
+        """Particles drawn i.i.d. from N(0, scale² I) (the paper's small initialisation)."""
+        x = scale * torch.randn(batch, n_particles, dim + 2, generator=generator, dtype=DTYPE)
+        return MeanFieldNet(x, R)
+
+    @property
+    def n_particles(self) -> int:
+        return self.x.shape[1]
+
+    def output_weights(self) -> Tensor:
+        """``R tanh(c)`` per particle, (B, N)."""
+        return self.R * torch.tanh(self.x[..., -1])
+
+    def hidden(self, inp: Inputs | Tensor) -> Hidden:
+        if isinstance(inp, Tensor):
+            inp = Inputs(inp)
+        w, b = self.x[..., :-2].transpose(1, 2), self.x[..., -2].unsqueeze(1)
+        s = torch.tanh(torch.baddbmm(b, inp.z, w))
+        s_next = None if inp.z_next is None else torch.tanh(torch.baddbmm(b, inp.z_next, w))
+        return Hidden(inp, s, s_next)
+
+    def value(self, hid: Hidden) -> Tensor:
+        """The network's value at the inputs of ``hid``, (B, n)."""
+        g = self.output_weights().unsqueeze(-1)  # (B, N, 1)
+        out = (hid.s @ g).squeeze(-1) / self.n_particles
+        if hid.s_next is not None:
+            out = out + hid.inp.kappa * (hid.s_next @ g).squeeze(-1) / self.n_particles
+        return out
+
+    def __call__(self, inp: Inputs | Tensor) -> Tensor:
+        return self.value(self.hidden(inp))
+
+    def first_variation_grad(self, hid: Hidden, weights: Tensor) -> Tensor:
+        """∇_x of ``δ𝓛/δμ(x) = Σ_j weights_j · Ψ(j, x)`` at every particle, (B, N, d+2),
+        where Ψ(j, x) is the neuron's contribution to the network's value at input ``j``.
+
+        ``weights`` (B, n) are the derivatives ℓ'_j of the loss with respect to the network's
+        value at each input (for a mean squared error, residual / n)."""
+        tc = torch.tanh(self.x[..., -1])
+        g = (self.R * tc).unsqueeze(1)  # (B, 1, N)
+        grad = torch.empty_like(self.x)
+        terms = [(hid.inp.z, hid.s, weights)]
+        if hid.s_next is not None:
+            terms.append((hid.inp.z_next, hid.s_next, weights * hid.inp.kappa))
+        gw = gb = gc = 0
+        for z, s, r in terms:
+            r = r.unsqueeze(-1)
+            m = r * (1 - s * s) * g  # (B, n, N): ∂/∂(pre-activation)
+            gw = gw + m.transpose(1, 2) @ z
+            gb = gb + m.sum(1)
+            gc = gc + (r * s).sum(1)
+        grad[..., :-2] = gw
+        grad[..., -2] = gb
+        grad[..., -1] = self.R * (1 - tc * tc) * gc
+        return grad
+
+    def second_moment(self) -> Tensor:
+        """E_μ‖x‖² per run, (B,)."""
+        return (self.x * self.x).sum(-1).mean(-1)
+
+    def gaussian_neg_entropy(self) -> Tensor:
+        """``∫ μ log μ`` of the Gaussian with the particles' mean and covariance, per run:
+        ``−½ log det(2πe Σ)``. The Gaussian has the largest entropy for a given covariance,
+        so this is a lower bound on the particle measure's (smoothed) negative entropy."""
+        xc = (self.x - self.x.mean(1, keepdim=True)).double()
+        cov = xc.transpose(1, 2) @ xc / (self.x.shape[1] - 1)
+        d = cov.shape[-1]
+        return (-0.5 * (torch.logdet(cov) + d * np.log(2 * np.pi * np.e))).to(self.x.dtype)
+
+
+def langevin_step(net: MeanFieldNet, drift: Tensor, eta: Tensor | float, zeta: Tensor | float,
+                  temperature: Tensor | float, generator: torch.Generator) -> None:
+    """One MFLD step in place: ``x ← x − η(drift + ζx) + √(2ησ) ξ``. Step, L2 weight and
+    temperature are scalars or one value per run, shape (B,)."""
+    def per_run(v):
+        v = torch.as_tensor(v, dtype=DTYPE)
+        return v.reshape(-1, 1, 1) if v.dim() else v
+
+    eta, zeta, temperature = per_run(eta), per_run(zeta), per_run(temperature)
+    noise = torch.randn(net.x.shape, generator=generator, dtype=DTYPE)
+    net.x.sub_(eta * (drift + zeta * net.x)).add_(torch.sqrt(2 * eta * temperature) * noise)
+
+
+# --------------------------------------------------------------------------- the NPIV problem
+@dataclass
+class IVData:
+    """An NPIV sample in batched tensors: treatment inputs ``A``, instruments ``W`` (B, n, d_w)
+    and outcomes ``Y`` (B, n)."""
+
+    A: Inputs
+    W: Tensor
+    Y: Tensor
+
+    @property
+    def n(self) -> int:
+        return self.Y.shape[1]
+
+
+@dataclass
+class Lagrangian:
+    """The pieces of L_λ at one iterate (each (B,)). The entropy of an empirical measure of
+    particles is not defined; each ``Ent(μ)`` is replaced by that of the Gaussian with the
+    particles' covariance (:meth:`MeanFieldNet.gaussian_neg_entropy`)."""
+
+    F: Tensor          # ½ E (Y − h_w̃(W))²
+    G_tilde: Tensor    # ½ E (h_w̃(W) − h_a(A))²
+    G_inner: Tensor    # ½ E (h_w(W) − h_a(A))², the tracked value of min_μ G(μ_a, μ)
+    value: Tensor      # L_λ
+
+
+def lagrangian_from_values(ha: Tensor, hw: Tensor, hwt: Tensor, Y: Tensor, lam: Tensor,
+                           zeta: float, sigma, regs: tuple[Tensor, Tensor, Tensor]) -> Lagrangian:
+    """L_λ from the three networks' values on the sample and their regularisers
+    ``(ζ/2) E‖x‖² + σ Ent`` per unit σ-weight, ``regs = (a, w, w̃)`` as returned by
+    :func:`regulariser`."""
+    F = 0.5 * ((Y - hwt) ** 2).mean(-1)
+    Gt = 0.5 * ((hwt - ha) ** 2).mean(-1)
+    Gi = 0.5 * ((hw - ha) ** 2).mean(-1)
+    ra, rw, rwt = regs
+    return Lagrangian(F, Gt, Gi, F + lam * (Gt + rwt - Gi - rw) + ra)
+
+
+def regulariser(net: MeanFieldNet, zeta: float, sigma) -> Tensor:
+    """``(ζ/2) E_μ‖x‖² + σ Ent(μ)`` with the Gaussian stand-in for the entropy, (B,)."""
+    return 0.5 * zeta * net.second_moment() + torch.as_tensor(sigma) * net.gaussian_neg_entropy()
+
+
+def lagrangian(a: MeanFieldNet, w: MeanFieldNet, wt: MeanFieldNet, data: IVData,
+               lam, zeta: float, sigma) -> Lagrangian:
+    """L_λ(μ_a, μ_w̃) with min_μ G_σ(μ_a, μ) replaced by its tracker μ_w (what the algorithm
+    sees)."""
+    lam = torch.as_tensor(lam, dtype=DTYPE)
+    regs = tuple(regulariser(m, zeta, sigma) for m in (a, w, wt))
+    return lagrangian_from_values(a(data.A), w(data.W), wt(data.W), data.Y, lam, zeta, sigma,
+                                  regs)
+
+
+@dataclass
+class F2BMLDConfig:
+    """Hyper-parameters of F²BMLD [step-size rule reconstructed]: μ_w (objective G, smoothness
+    O(1)) steps with ``eta``; μ_w̃ and μ_a step with η/(1 + λ), since the smoothness of
+    F + λG grows like 1 + λ and μ_a must move no faster than the systems that track it."""
+
+    n_particles: int = 64
+    steps: int = 1500
+    eta: float = 0.5
+    zeta: float = 1e-3        # L2 weight ζ
+    sigma: float = 1e-3       # temperature σ (μ_a and μ_w; μ_w̃ runs at λσ)
+    R: float = 4.0
+    init_scale: float = 0.05
+    inner_steps: int = 1      # steps of μ_w and μ_w̃ per step of μ_a
+    record_every: int = 10
+
+
+@dataclass
+class F2BMLDRun:
+    a: MeanFieldNet
+    w: MeanFieldNet
+    wt: MeanFieldNet
+    lam: Tensor
+    steps: np.ndarray                      # iterations at which L_λ was recorded
+    L: np.ndarray                          # (len(steps), B) energy part of L_λ
+    snapshots: list = field(default_factory=list)  # particles of μ_a at chosen steps
+
+
+def f2bmld(data: IVData, lam, cfg: F2BMLDConfig, seed: int,
+           snapshot_at: tuple[int, ...] = ()) -> F2BMLDRun:
+    """Run F²BMLD on a batch of NPIV problems, one λ per run (``lam``: scalar or (B,)).
+
+    Returns the three particle systems, the recorded Lagrangian and, if asked, copies of the
+    treatment particles at the iterations ``snapshot_at``."""
+    torch.set_flush_denormal(True)  # subnormal floats slow tanh's tails down by 10-100x
+    B = data.Y.shape[0]
+    gen = torch.Generator().manual_seed(int(seed))
+    lam = torch.as_tensor(lam, dtype=DTYPE).expand(B).clone()
+    d_a, d_w = data.A.dim, data.W.shape[-1]
+    a = MeanFieldNet.init(B, cfg.n_particles, d_a, gen, cfg.init_scale, cfg.R)
+    w = MeanFieldNet.init(B, cfg.n_particles, d_w, gen, cfg.init_scale, cfg.R)
+    wt = MeanFieldNet.init(B, cfg.n_particles, d_w, gen, cfg.init_scale, cfg.R)
+    eta = cfg.eta / (1 + lam)
+    lam_col = lam.unsqueeze(-1)
+    n = data.n
+    rec_steps, rec_L, snaps = [], [], []
+    for k in range(cfg.steps + 1):
+        Sa = a.hidden(data.A)
+        ha = a.value(Sa)
+        for j in range(cfg.inner_steps):
+            Sw, Swt = w.hidden(data.W), wt.hidden(data.W)
+            hw, hwt = w.value(Sw), wt.value(Swt)
+            if j == 0 and (k % cfg.record_every == 0 or k == cfg.steps):
+                regs = tuple(regulariser(m, cfg.zeta, cfg.sigma) for m in (a, w, wt))
+                L = lagrangian_from_values(ha, hw, hwt, data.Y, lam, cfg.zeta, cfg.sigma, regs)
+                rec_steps.append(k)
+                rec_L.append(L.value.numpy().astype(np.float64))
+            if k == cfg.steps:
+                break
+            # μ_w: argmin G(μ_a, ·), stage I for the current treatment model
+            grad_w = w.first_variation_grad(Sw, (hw - ha) / n)
+            # μ_w̃: argmin F + λ G(μ_a, ·), with L2 weight λζ and temperature λσ
+            grad_wt = wt.first_variation_grad(Swt, ((hwt - data.Y) + lam_col * (hwt - ha)) / n)
+            langevin_step(w, grad_w, cfg.eta, cfg.zeta, cfg.sigma, gen)
+            langevin_step(wt, grad_wt, eta, lam * cfg.zeta, lam * cfg.sigma, gen)
+        if k in snapshot_at:
+            snaps.append((k, a.x.clone()))
+        if k == cfg.steps:
+            break
+        # μ_a: λ [G(μ_a, μ_w̃) − G(μ_a, μ_w)] has first variation λ ⟨h_w − h_w̃, Ψ(A, ·)⟩,
+        # evaluated at the instrument models of the last inner step
+        grad_a = a.first_variation_grad(Sa, lam_col * (hw - hwt) / n)
+        langevin_step(a, grad_a, eta, cfg.zeta, cfg.sigma, gen)
+    return F2BMLDRun(a, w, wt, lam, np.array(rec_steps), np.array(rec_L), snaps)

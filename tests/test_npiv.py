@@ -1,0 +1,178 @@
+"""Unit tests of lib.npiv: particle gradients against autograd, the Langevin step's exact
+stationary law, the Lagrangian's pieces, the fits, the baselines on problems with known
+answers, and CartPole against gymnasium."""
+
+import numpy as np
+import pytest
+import torch
+
+from lib.npiv import analysis, baselines, cartpole, demand
+from lib.npiv import meanfield as mf
+
+
+def _net(B=2, N=7, d=3, seed=0, scale=0.7):
+    return mf.MeanFieldNet.init(B, N, d, torch.Generator().manual_seed(seed), scale=scale)
+
+
+@pytest.mark.parametrize("with_next", [False, True])
+def test_particle_gradient_matches_autograd(with_next):
+    """∇_x δ𝓛/δμ(x_i) equals N · ∂𝓛/∂x_i for the empirical measure (𝓛 linear in h)."""
+    torch.manual_seed(1)
+    net = _net()
+    z = torch.randn(2, 11, 3)
+    inp = mf.Inputs(z, torch.randn(2, 11, 3), torch.randn(2, 11)) if with_next else mf.Inputs(z)
+    target = torch.randn(2, 11)
+    x = net.x.clone().requires_grad_(True)
+    h = mf.MeanFieldNet(x, net.R)(inp)
+    loss = 0.5 * ((h - target) ** 2).mean(-1).sum()
+    (auto,) = torch.autograd.grad(loss, x)
+    hid = net.hidden(inp)
+    manual = net.first_variation_grad(hid, (net.value(hid) - target) / 11)
+    torch.testing.assert_close(manual, net.n_particles * auto, rtol=1e-4, atol=1e-5)
+
+
+def test_network_value_is_mean_of_neurons():
+    net = _net(B=1, N=3, d=2)
+    z = torch.randn(1, 4, 2)
+    w, b, c = net.x[0, :, :2], net.x[0, :, 2], net.x[0, :, 3]
+    by_hand = sum(net.R * torch.tanh(c[i]) * torch.tanh(z[0] @ w[i] + b[i]) for i in range(3)) / 3
+    torch.testing.assert_close(net(z)[0], by_hand)
+
+
+def test_langevin_stationary_variance_is_exact():
+    """With zero loss, x ← (1 − ηζ)x + √(2ησ)ξ has stationary variance σ / (ζ(1 − ηζ/2))."""
+    eta, zeta, sigma = 0.1, 2.0, 0.05
+    net = mf.MeanFieldNet(torch.zeros(1, 4000, 3))
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(300):
+        mf.langevin_step(net, torch.zeros_like(net.x), eta, zeta, sigma, gen)
+    expected = sigma / (zeta * (1 - eta * zeta / 2))
+    assert abs(net.x.var().item() / expected - 1) < 0.03
+
+
+def test_gaussian_neg_entropy():
+    """For particles drawn from N(0, s²I_d): ∫μ log μ = −(d/2) log(2πe s²)."""
+    s, d = 0.3, 4
+    x = s * torch.randn(1, 200_000, d, generator=torch.Generator().manual_seed(0))
+    net = mf.MeanFieldNet(x)
+    expected = -0.5 * d * np.log(2 * np.pi * np.e * s**2)
+    assert abs(net.gaussian_neg_entropy().item() - expected) < 0.02
+
+
+def test_lagrangian_penalty_vanishes_when_trackers_agree():
+    """If μ_w̃ = μ_w the penalty G(μ_a, μ_w̃) − G(μ_a, μ_w) is 0 and L_λ = F + regularisers,
+    for every λ."""
+    s = demand.sample(50, np.random.default_rng(0))
+    data = mf.IVData(mf.Inputs(torch.tensor(s.A[None], dtype=torch.float32)),
+                     torch.tensor(s.W[None], dtype=torch.float32),
+                     torch.tensor(s.Y[None], dtype=torch.float32))
+    a, w = _net(B=1, seed=1), _net(B=1, seed=2)
+    for lam in (0.1, 10.0):
+        L = mf.lagrangian(a, w, w, data, lam, zeta=0.1, sigma=0.01)
+        assert L.G_tilde.item() == pytest.approx(L.G_inner.item())
+        ra = mf.regulariser(a, 0.1, 0.01)
+        assert L.value.item() == pytest.approx((L.F + ra).item(), rel=1e-5)
+        F_direct = 0.5 * np.mean((s.Y - w(data.W)[0].numpy()) ** 2)
+        assert L.F.item() == pytest.approx(F_direct, rel=1e-5)
+
+
+def test_f2bmld_is_deterministic_and_fits_demand():
+    s = demand.sample(128, np.random.default_rng(0))
+    T = lambda x: torch.tensor(x[None], dtype=torch.float32)  # noqa: E731
+    data = mf.IVData(mf.Inputs(T(s.A)), T(s.W), T(s.Y))
+    cfg = mf.F2BMLDConfig(n_particles=16, steps=100, eta=0.3, record_every=50)
+    r1, r2 = mf.f2bmld(data, 1.0, cfg, seed=3), mf.f2bmld(data, 1.0, cfg, seed=3)
+    np.testing.assert_array_equal(r1.L, r2.L)
+    assert r1.L[-1, 0] < 0.5 * r1.L[0, 0]  # the Lagrangian has come down
+
+
+def test_rate_fit_recovers_exponential():
+    k = np.arange(1000)
+    L = 1.0 + np.exp(-0.05 * k) + 1e-9 * np.cos(k)  # settles at 1 with tiny fluctuations
+    fit = analysis.fit_rate(k, L, top=1e6, bottom=100.0)  # well above the fluctuations
+    assert fit.rate == pytest.approx(0.05, rel=1e-3)
+    assert fit.r2 > 0.9999
+    near_floor = analysis.fit_rate(k, L)  # the default window ends at 5x the fluctuations
+    assert near_floor.rate == pytest.approx(0.05, rel=0.02)
+    assert near_floor.r2 > 0.98
+
+
+def test_rate_fit_rejects_power_law_shape():
+    """A 1/k decay has a log-gap that is not a line: R² is visibly below 1."""
+    k = np.arange(1, 2001)
+    fit = analysis.fit_rate(k, 1.0 / k**2 + 1e-7 * np.cos(k), top=1e4, bottom=2.0)
+    assert fit.r2 < 0.95
+
+
+def test_bias_variance_fit_recovers_coefficients():
+    lam = np.logspace(-2, 2, 9)
+    fit = analysis.fit_bias_variance(lam, 0.2 / lam + 0.03 * lam + 0.5)
+    assert (fit.a, fit.b, fit.c) == pytest.approx((0.2, 0.03, 0.5), rel=1e-8)
+    assert fit.argmin == pytest.approx(np.sqrt(0.2 / 0.03))
+
+
+def test_2sls_recovers_linear_effect_where_ols_is_biased():
+    rng = np.random.default_rng(0)
+    n = 20_000
+    w = rng.standard_normal(n)
+    u = rng.standard_normal(n)
+    a = w + u  # endogenous treatment
+    y = 2.0 * a + u
+    X = np.stack([np.ones(n), a], 1)
+    Z = np.stack([np.ones(n), w], 1)
+    theta = baselines.two_stage_least_squares(X, Z, y, 0.0, 0.0)
+    ols = np.linalg.lstsq(X, y, rcond=None)[0]
+    assert theta[1] == pytest.approx(2.0, abs=0.05)
+    assert abs(ols[1] - 2.0) > 0.3
+
+
+def test_kernel_iv_beats_naive_regression_on_demand():
+    rng = np.random.default_rng(0)
+    tr, te = demand.sample(300, rng), demand.sample(300, rng)
+    kiv = baselines.KernelIV().fit(tr.A, tr.W, tr.Y, rng)
+    mse = demand.test_mse(kiv.predict(te.A), te)
+    assert mse < demand.test_mse(np.zeros(len(te.Y)), te)  # better than predicting the mean
+    assert mse < 0.3
+
+
+def test_demand_structural_function_by_hand():
+    assert demand.psi(np.array([5.0]))[0] == pytest.approx(2 * (0 + 1 + 0.5 - 2))
+    assert demand.structural(np.array([20.0]), np.array([5.0]), np.array([2.0]))[0] == \
+        pytest.approx(100 + 30 * 2 * (-1.0) - 40)
+
+
+def test_cartpole_step_matches_gymnasium():
+    import gymnasium as gym
+
+    env = gym.make("CartPole-v1")
+    env.reset(seed=0)
+    rng = np.random.default_rng(0)
+    for _ in range(60):
+        s = np.array(env.unwrapped.state, dtype=np.float64)
+        a = int(rng.integers(0, 2))
+        _, _, terminated, _, _ = env.step(a)
+        nxt, done = cartpole.step(s[None], np.array([a]))
+        np.testing.assert_array_equal(nxt[0], np.array(env.unwrapped.state))
+        assert bool(done[0]) == terminated
+        if terminated:
+            env.reset(seed=int(rng.integers(1000)))
+
+
+def test_true_value_of_always_failing_start_is_one():
+    """A pole already past the threshold terminates after one step: return = 1."""
+    rng = np.random.default_rng(0)
+    orig = cartpole.reset_states
+    try:
+        cartpole.reset_states = lambda m, r: np.tile([0, 0, 0.5, 0], (m, 1)).astype(float)
+        assert cartpole.true_value(0.0, rng, n_starts=5) == pytest.approx(1.0)
+    finally:
+        cartpole.reset_states = orig
+
+
+def test_ope_problem_shapes_and_kappa():
+    rng = np.random.default_rng(0)
+    tr = cartpole.collect(5, 0.4, rng, max_steps=50)
+    p = cartpole.ope_problem(tr, 100, rng)
+    assert p.z.shape == p.z_next.shape == (min(100, len(tr.a)), 5)
+    assert set(np.round(p.kappa, 6)) <= {0.0, -round(cartpole.GAMMA, 6)}
+    np.testing.assert_allclose(p.Y, 1 - cartpole.GAMMA)
