@@ -16,21 +16,15 @@ import sys
 from pathlib import Path
 
 from lib.chapters import Book
+from lib.claims import format_value
 from lib.runner import stored
 
 STATUS_MARKER = "<!-- status-table -->"
 
 
 def _cell(value) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    if isinstance(value, list):
-        return "[" + ", ".join(_cell(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return ", ".join(f"{k} = {_cell(v)}" for k, v in value.items())
-    if value is None:
-        return "—"
-    return str(value).replace("|", "\\|").replace("\n", " ")
+    """A value as the text of one Markdown table cell."""
+    return format_value(value).replace("|", "\\|").replace("\n", " ")
 
 
 def _status(claim: dict) -> str:

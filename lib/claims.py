@@ -73,6 +73,19 @@ def to_jsonable(value: Any) -> Any:
     return value
 
 
+def format_value(value: Any) -> str:
+    """A claim's theory or simulation value as short text (4 significant digits)."""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, list):
+        return "[" + ", ".join(format_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return ", ".join(f"{k} = {format_value(v)}" for k, v in value.items())
+    if value is None:
+        return "—"
+    return str(value)
+
+
 def _finite(*values: float) -> bool:
     return all(v is not None and math.isfinite(float(v)) for v in values)
 
@@ -151,17 +164,8 @@ class Claims:
         """A pandas DataFrame of the claims, for display in the chapter."""
         import pandas as pd
 
-        def fmt(v):
-            if isinstance(v, float):
-                return f"{v:.4g}"
-            if isinstance(v, list):
-                return "[" + ", ".join(fmt(x) for x in v) + "]"
-            if isinstance(v, dict):
-                return ", ".join(f"{k}={fmt(x)}" for k, x in v.items())
-            return str(v)
-
-        rows = [{"claim": c.id, "kind": c.kind, "statement": c.statement, "theory": fmt(c.theory),
-                 "simulation": fmt(c.simulation), "tolerance": c.tolerance, "status": c.status}
+        rows = [{"claim": c.id, "kind": c.kind, "statement": c.statement, "theory": format_value(c.theory),
+                 "simulation": format_value(c.simulation), "tolerance": c.tolerance, "status": c.status}
                 for c in self.claims]
         return pd.DataFrame(rows).set_index("claim") if rows else pd.DataFrame()
 
