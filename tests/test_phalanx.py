@@ -9,6 +9,15 @@ import torch
 from kernels.swr import naive, swr
 from lib import phalanx as M
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny tensors: one PyTorch thread is faster, and immune to other jobs on shared cores."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
 
 def test_error_bound_by_hand():
     # ℓ = 2, L = 6: windows 1 2 | 3 4 | 3 4; blocks 0 and 1 are exact

@@ -162,12 +162,14 @@ def run(lengths: Sequence[int], B: int = 1, H: int = 16, D: int = 16, *, block: 
     bad_pass = set(passes) - {"fwd", "fwd+bwd"}
     if bad_pass:
         raise ValueError(f"passes must be 'fwd' and/or 'fwd+bwd', got {sorted(bad_pass)}")
+    # the machine's bandwidth: copied with PyTorch's default (all-core) threads
+    bandwidth = copy_bandwidth(copy_gib) if copy_gib > 0 else float("nan")
     previous = torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)
     try:
-        df, bandwidth = _run(lengths, B, H, D, block, impls, passes, repeats, dtype, seed,
-                             max_sequential_L, max_attention_L, copy_gib, progress)
+        df = _run(lengths, B, H, D, block, impls, passes, repeats, dtype, seed,
+                  max_sequential_L, max_attention_L, bandwidth, progress)
     finally:
         torch.set_num_threads(previous)
     df.attrs["threads"] = threads or previous
@@ -175,8 +177,7 @@ def run(lengths: Sequence[int], B: int = 1, H: int = 16, D: int = 16, *, block: 
 
 
 def _run(lengths, B, H, D, block, impls, passes, repeats, dtype, seed, max_sequential_L,
-         max_attention_L, copy_gib, progress):
-    bandwidth = copy_bandwidth(copy_gib) if copy_gib > 0 else float("nan")
+         max_attention_L, bandwidth, progress):
     rows = []
     for L in lengths:
         a, x, q, k = _make_inputs(B, H, L, D, dtype, seed)
@@ -197,7 +198,7 @@ def _run(lengths, B, H, D, block, impls, passes, repeats, dtype, seed, max_seque
     df["ratio_to_swr"] = [s / ref.get((L, p), float("nan"))
                           for s, L, p in zip(df.seconds, df.L, df["pass"])]
     df["fraction_of_copy_bw"] = df.gb_per_s * 1e9 / bandwidth
-    return df, bandwidth
+    return df
 
 
 def loglog_slope(df: pd.DataFrame, impl: str = "swr", pass_: str = "fwd",
@@ -274,7 +275,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                  copy_gib=args.copy_gib, threads=args.threads or None, progress=True)
     with pd.option_context("display.width", 160, "display.max_rows", 500):
         print(df.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-    print(f"\ncopy bandwidth (read + write, {args.copy_gib:g} GiB buffer): {bw / 1e9:.2f} GB/s; "
+    print(f"\ncopy bandwidth (read + write, {args.copy_gib:g} GiB buffer, "
+          f"{torch.get_num_threads()} threads): {bw / 1e9:.2f} GB/s; "
           f"torch threads during the run: {df.attrs['threads']}")
     for key, value in summary(df, bw).items():
         print(f"{key}: {value if value is None else f'{value:.3g}'}")
