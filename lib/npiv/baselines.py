@@ -150,9 +150,8 @@ class DFIV:
     ridge2: float = 1e-3
 
     def fit(self, z, W, Y, seed: int, z_next=None, kappa=None):
-        g = torch.Generator().manual_seed(int(seed))
-        with torch.random.fork_rng():
-            torch.manual_seed(int(g.seed()) % (2**31))
+        with torch.random.fork_rng():  # seeded initialisation, global stream left as it was
+            torch.manual_seed(int(seed))
             self.psi = _mlp(z.shape[1], self.width, self.n_features).double()
             self.phi = _mlp(W.shape[1], self.width, self.n_features).double()
         t = lambda a: None if a is None else torch.as_tensor(np.asarray(a), dtype=torch.float64)  # noqa: E731

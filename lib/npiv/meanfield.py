@@ -247,6 +247,7 @@ class F2BMLDConfig:
     R: float = 4.0
     init_scale: float = 0.05
     inner_steps: int = 1      # steps of μ_w and μ_w̃ per step of μ_a
+    polish_steps: int = 0     # extra steps on a copy of μ_w to measure min G (0: use μ_w)
     record_every: int = 10
 
 
@@ -257,8 +258,21 @@ class F2BMLDRun:
     wt: MeanFieldNet
     lam: Tensor
     steps: np.ndarray                      # iterations at which L_λ was recorded
-    L: np.ndarray                          # (len(steps), B) energy part of L_λ
+    L: np.ndarray                          # (len(steps), B) L_λ, inner minimum polished
     snapshots: list = field(default_factory=list)  # particles of μ_a at chosen steps
+    L_tracker: np.ndarray | None = None    # (len(steps), B) L_λ with the tracker μ_w as is
+
+
+def polish_inner(w: MeanFieldNet, ha: Tensor, data: IVData, cfg: F2BMLDConfig,
+                 gen: torch.Generator) -> MeanFieldNet:
+    """A better estimate of ``argmin_μ G_σ(μ_a, μ)`` for measuring L_λ: ``cfg.polish_steps``
+    more MFLD steps on a copy of the tracker μ_w (the run itself is left untouched)."""
+    wc = MeanFieldNet(w.x.clone(), w.R)
+    for _ in range(cfg.polish_steps):
+        hid = wc.hidden(data.W)
+        langevin_step(wc, wc.first_variation_grad(hid, (wc.value(hid) - ha) / data.n), cfg.eta,
+                      cfg.zeta, cfg.sigma, gen)
+    return wc
 
 
 def f2bmld(data: IVData, lam, cfg: F2BMLDConfig, seed: int,
@@ -270,6 +284,7 @@ def f2bmld(data: IVData, lam, cfg: F2BMLDConfig, seed: int,
     torch.set_flush_denormal(True)  # subnormal floats slow tanh's tails down by 10-100x
     B = data.Y.shape[0]
     gen = torch.Generator().manual_seed(int(seed))
+    measure_gen = torch.Generator().manual_seed(int(seed) + 1)  # measuring never moves the run
     lam = torch.as_tensor(lam, dtype=DTYPE).expand(B).clone()
     d_a, d_w = data.A.dim, data.W.shape[-1]
     a = MeanFieldNet.init(B, cfg.n_particles, d_a, gen, cfg.init_scale, cfg.R)
@@ -278,7 +293,7 @@ def f2bmld(data: IVData, lam, cfg: F2BMLDConfig, seed: int,
     eta = cfg.eta / (1 + lam)
     lam_col = lam.unsqueeze(-1)
     n = data.n
-    rec_steps, rec_L, snaps = [], [], []
+    rec_steps, rec_L, rec_L_tracker, snaps = [], [], [], []
     for k in range(cfg.steps + 1):
         Sa = a.hidden(data.A)
         ha = a.value(Sa)
@@ -286,10 +301,18 @@ def f2bmld(data: IVData, lam, cfg: F2BMLDConfig, seed: int,
             Sw, Swt = w.hidden(data.W), wt.hidden(data.W)
             hw, hwt = w.value(Sw), wt.value(Swt)
             if j == 0 and (k % cfg.record_every == 0 or k == cfg.steps):
-                regs = tuple(regulariser(m, cfg.zeta, cfg.sigma) for m in (a, w, wt))
-                L = lagrangian_from_values(ha, hw, hwt, data.Y, lam, cfg.zeta, cfg.sigma, regs)
+                w_meas, hw_meas = w, hw
+                if cfg.polish_steps:
+                    w_meas = polish_inner(w, ha, data, cfg, measure_gen)
+                    hw_meas = w_meas(data.W)
+                regs = tuple(regulariser(m, cfg.zeta, cfg.sigma) for m in (a, w_meas, wt))
+                L = lagrangian_from_values(ha, hw_meas, hwt, data.Y, lam, cfg.zeta, cfg.sigma,
+                                           regs)
                 rec_steps.append(k)
                 rec_L.append(L.value.numpy().astype(np.float64))
+                regs = tuple(regulariser(m, cfg.zeta, cfg.sigma) for m in (a, w, wt))
+                L_tr = lagrangian_from_values(ha, hw, hwt, data.Y, lam, cfg.zeta, cfg.sigma, regs)
+                rec_L_tracker.append(L_tr.value.numpy().astype(np.float64))
             if k == cfg.steps:
                 break
             # μ_w: argmin G(μ_a, ·), stage I for the current treatment model
@@ -306,4 +329,5 @@ def f2bmld(data: IVData, lam, cfg: F2BMLDConfig, seed: int,
         # evaluated at the instrument models of the last inner step
         grad_a = a.first_variation_grad(Sa, lam_col * (hw - hwt) / n)
         langevin_step(a, grad_a, eta, cfg.zeta, cfg.sigma, gen)
-    return F2BMLDRun(a, w, wt, lam, np.array(rec_steps), np.array(rec_L), snaps)
+    return F2BMLDRun(a, w, wt, lam, np.array(rec_steps), np.array(rec_L), snaps,
+                     np.array(rec_L_tracker))
