@@ -1,4 +1,5 @@
-"""A small LLaMA-style decoder: pre-norm blocks of RMSNorm, causal attention with rotary
+"""The LLaMA-style building blocks (RMSNorm, RoPE, SwiGLU), shared by the chapters' models, and
+a small decoder made of them: pre-norm blocks of RMSNorm, causal attention with rotary
 position embeddings (RoPE), and a SwiGLU MLP; tied input/output embeddings."""
 
 from __future__ import annotations
@@ -19,13 +20,25 @@ class RMSNorm(nn.Module):
 
 
 def rope(x: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
-    """Rotate pairs of channels of ``x: (B, H, L, Dh)`` by position-dependent angles."""
+    """Rotary position embedding: rotate channel pairs of ``x: (B, H, L, Dh)`` (Dh even) by
+    position-dependent angles (computed in float32)."""
     L, Dh = x.shape[-2], x.shape[-1]
-    freqs = base ** (-torch.arange(0, Dh, 2, dtype=x.dtype, device=x.device) / Dh)
-    angles = torch.arange(L, dtype=x.dtype, device=x.device)[:, None] * freqs[None, :]
-    cos, sin = angles.cos(), angles.sin()
+    freqs = base ** (-torch.arange(0, Dh, 2, dtype=torch.float32, device=x.device) / Dh)
+    angles = torch.arange(L, dtype=torch.float32, device=x.device)[:, None] * freqs[None, :]
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
     x1, x2 = x[..., 0::2], x[..., 1::2]
     return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, d_model: int, d_hidden: int):
+        super().__init__()
+        self.gate_up = nn.Linear(d_model, 2 * d_hidden, bias=False)
+        self.down = nn.Linear(d_hidden, d_model, bias=False)
+
+    def forward(self, x):
+        gate, up = self.gate_up(x).chunk(2, dim=-1)
+        return self.down(F.silu(gate) * up)
 
 
 class Block(nn.Module):
@@ -35,16 +48,14 @@ class Block(nn.Module):
         self.norm1, self.norm2 = RMSNorm(d_model), RMSNorm(d_model)
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=False)
         self.proj = nn.Linear(d_model, d_model, bias=False)
-        self.gate_up = nn.Linear(d_model, 2 * d_hidden, bias=False)
-        self.down = nn.Linear(d_hidden, d_model, bias=False)
+        self.mlp = SwiGLU(d_model, d_hidden)
 
     def forward(self, x):
         B, L, D = x.shape
         q, k, v = self.qkv(self.norm1(x)).view(B, L, 3, self.n_heads, D // self.n_heads).permute(2, 0, 3, 1, 4)
         att = F.scaled_dot_product_attention(rope(q), rope(k), v, is_causal=True)
         x = x + self.proj(att.transpose(1, 2).reshape(B, L, D))
-        gate, up = self.gate_up(self.norm2(x)).chunk(2, dim=-1)
-        return x + self.down(F.silu(gate) * up)
+        return x + self.mlp(self.norm2(x))
 
 
 class Decoder(nn.Module):

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 
 from kernels.swr import naive, scan, swr
 from kernels.swr.bench import swa_blocked
+from lib.llama import RMSNorm, SwiGLU, rope
 
 # ---------------------------------------------------------------------------------------------
 # theory
@@ -157,37 +158,6 @@ def valid_batches(data: torch.Tensor, seq_len: int, max_windows: int):
 HEAD_DIM = 16
 
 
-class RMSNorm(nn.Module):
-    def __init__(self, d: int, eps: float = 1e-6):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(d))
-        self.eps = eps
-
-    def forward(self, x):
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
-
-
-class SwiGLU(nn.Module):
-    def __init__(self, d: int, hidden: int):
-        super().__init__()
-        self.gate_up = nn.Linear(d, 2 * hidden, bias=False)
-        self.down = nn.Linear(hidden, d, bias=False)
-
-    def forward(self, x):
-        gate, up = self.gate_up(x).chunk(2, dim=-1)
-        return self.down(F.silu(gate) * up)
-
-
-def rotary(x: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
-    """Rotary position embedding on ``(B, H, L, D)`` (D even)."""
-    L, D = x.shape[-2], x.shape[-1]
-    freq = base ** (-torch.arange(0, D, 2, dtype=torch.float32) / D)
-    ang = torch.arange(L, dtype=torch.float32)[:, None] * freq
-    cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
-    x1, x2 = x[..., 0::2], x[..., 1::2]
-    return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2)
-
-
 class Attention(nn.Module):
     """Multi-head causal softmax attention with RoPE: full (``window=None``) or restricted to
     SWR's jagged window of block ``window`` (blocks ``t−1`` and ``t``), computed in blocks."""
@@ -204,7 +174,7 @@ class Attention(nn.Module):
     def forward(self, x):
         B, L, d = x.shape
         q, k, v = self.qkv(x).view(B, L, 3, self.heads, HEAD_DIM).permute(2, 0, 3, 1, 4)
-        q, k = rotary(q), rotary(k)
+        q, k = rope(q), rope(k)
         if self.window is None:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
