@@ -51,6 +51,9 @@ class Chapter:
     def _seed_globals(self) -> None:
         import numpy as np
 
+        # Plain scalar reprs ("0.93", not "np.float64(0.93)"): printed numbers read better, and
+        # myst-nb's glue formats the text repr of a glued value.
+        np.set_printoptions(legacy="1.25")
         np.random.seed(self.seed)
         try:
             import torch
