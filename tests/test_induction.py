@@ -185,6 +185,24 @@ def test_fit_transition_recovers_a_known_crossing():
     assert E.loglog_slope(r, 3 * r**1.5) == pytest.approx(1.5)
 
 
+
+def test_transition_ratio_of_a_known_one_over_n_trg_law():
+    """Cells whose accuracy crosses 50% at R* = 0.8/N_trg give R*(4)/R*(8) = 2."""
+    r = np.geomspace(0.02, 1, 30)
+    rows = [{"n_trg": n, "R": x, "accuracy": 1 / (1 + np.exp((np.log(x * n / 0.8)) / 0.2))}
+            for n in (4, 8) for x in r]
+    res = E.transition_ratio(rows)
+    assert res["R*(4)"] == pytest.approx(0.2, rel=1e-3)
+    assert res["R*(4)/R*(8)"] == pytest.approx(2.0, rel=1e-3)
+
+
+def test_scaling_cell_pairs_the_trained_model_with_the_mechanism():
+    kw = dict(n_vocab=N, n_pos=E.n_pos_for(6), m_train=256, m_test=64)
+    res = E.scaling_cell(2, 3, 6, 0, **kw)
+    assert res["accuracy"] == E.ood_cell(2, 3, 6, 0, **kw)["accuracy"]
+    assert res["mechanism"] == E.mechanism_cell(2, 3, 6, 0, n_vocab=N, n_pos=E.n_pos_for(6),
+                                                m_test=64)["accuracy"]
+
 # -- the realistic model ---------------------------------------------------------------------
 def test_realistic_model_shapes_and_determinism():
     cfg = RealisticConfig(n_vocab=N, n_trg=1, n_pos=20, d_model=16, n_heads=2, batch=8, steps=3)

@@ -61,6 +61,31 @@ def mechanism_cell(n_trg: int, l_min: int, l_max: int, seed: int, *, n_vocab: in
     return {"R": max_sum_ratio(dist), "accuracy": float(np.mean(pred == test.target))}
 
 
+def scaling_cell(n_trg: int, l_min: int, l_max: int, seed: int, *, n_vocab: int, n_pos: int,
+                 eta_v: float = 1e3, eta_kq: float = 1e4, m_train: int = 8192,
+                 m_test: int = 1024) -> dict:
+    """One cell of an extended grid: the trained model's OOD accuracy (``ood_cell``) beside
+    the leading-order mechanism's (``mechanism_cell``, key ``"mechanism"``)."""
+    trained = ood_cell(n_trg, l_min, l_max, seed, n_vocab=n_vocab, n_pos=n_pos, eta_v=eta_v,
+                       eta_kq=eta_kq, m_train=m_train, m_test=m_test)
+    mech = mechanism_cell(n_trg, l_min, l_max, seed, n_vocab=n_vocab, n_pos=n_pos,
+                          m_test=m_test)
+    return {**trained, "mechanism": mech["accuracy"]}
+
+
+def transition_ratio(rows, key: str = "accuracy", pair: tuple[int, int] = (4, 8)) -> dict:
+    """Fit ``R*`` per trigger count over the cells ``rows`` (records with ``n_trg``, ``R`` and
+    ``key``) and return ``R*`` of both counts of ``pair`` and their ratio ``R*(a)/R*(b)``
+    (2 under an exact ``1/N_trg`` law)."""
+    a, b = pair
+    r_star = {}
+    for n in pair:
+        sel = [r for r in rows if r["n_trg"] == n]
+        r_star[n] = fit_transition([r["R"] for r in sel], [r[key] for r in sel])["r_star"]
+    return {f"R*({a})": r_star[a], f"R*({b})": r_star[b],
+            f"R*({a})/R*({b})": r_star[a] / r_star[b]}
+
+
 def _logistic(log_r, log_r_star, width):
     return 1.0 / (1.0 + np.exp((log_r - log_r_star) / width))
 

@@ -235,9 +235,11 @@ def lagrangian(a: MeanFieldNet, w: MeanFieldNet, wt: MeanFieldNet, data: IVData,
 
 @dataclass
 class F2BMLDConfig:
-    """Hyper-parameters of F²BMLD [step-size rule reconstructed]: μ_w (objective G, smoothness
-    O(1)) steps with ``eta``; μ_w̃ and μ_a step with η/(1 + λ), since the smoothness of
-    F + λG grows like 1 + λ and μ_a must move no faster than the systems that track it."""
+    """Hyper-parameters of F²BMLD [step-size rule reconstructed]. μ_w̃ and μ_a step with
+    h = η/(1 + λ), since the smoothness of F + λG grows like 1 + λ. With ``common_step``
+    μ_w steps with the same h: the three systems then discretise one coupled mean-field
+    Langevin flow on a single clock t = k·h (the flow the convergence theorem analyses).
+    Without it μ_w steps with η, a faster time scale for the tracker."""
 
     n_particles: int = 64
     steps: int = 1500
@@ -249,6 +251,8 @@ class F2BMLDConfig:
     inner_steps: int = 1      # steps of μ_w and μ_w̃ per step of μ_a
     polish_steps: int = 0     # extra steps on a copy of μ_w to measure min G (0: use μ_w)
     record_every: int = 10
+    common_step: bool = False  # one step h = η/(1+λ) for all three systems
+    tracker_steps: int = 1     # steps of μ_w (step η) per step of μ_w̃: μ_w ≈ argmin G_σ(μ_a, ·)
 
 
 @dataclass
@@ -258,6 +262,7 @@ class F2BMLDRun:
     wt: MeanFieldNet
     lam: Tensor
     steps: np.ndarray                      # iterations at which L_λ was recorded
+    dt: np.ndarray                         # (B,) step h = η/(1+λ) of μ_a: flow time t = k·h
     L: np.ndarray                          # (len(steps), B) L_λ, inner minimum polished
     snapshots: list = field(default_factory=list)  # particles of μ_a at chosen steps
     L_tracker: np.ndarray | None = None    # (len(steps), B) L_λ with the tracker μ_w as is
@@ -319,8 +324,13 @@ def f2bmld(data: IVData, lam, cfg: F2BMLDConfig, seed: int,
             grad_w = w.first_variation_grad(Sw, (hw - ha) / n)
             # μ_w̃: argmin F + λ G(μ_a, ·), with L2 weight λζ and temperature λσ
             grad_wt = wt.first_variation_grad(Swt, ((hwt - data.Y) + lam_col * (hwt - ha)) / n)
-            langevin_step(w, grad_w, cfg.eta, cfg.zeta, cfg.sigma, gen)
+            langevin_step(w, grad_w, eta if cfg.common_step else cfg.eta, cfg.zeta, cfg.sigma,
+                          gen)
             langevin_step(wt, grad_wt, eta, lam * cfg.zeta, lam * cfg.sigma, gen)
+            for _ in range(cfg.tracker_steps - 1):  # keep μ_w near the inner minimum
+                Sw = w.hidden(data.W)
+                langevin_step(w, w.first_variation_grad(Sw, (w.value(Sw) - ha) / n), cfg.eta,
+                              cfg.zeta, cfg.sigma, gen)
         if k in snapshot_at:
             snaps.append((k, a.x.clone()))
         if k == cfg.steps:
@@ -329,5 +339,6 @@ def f2bmld(data: IVData, lam, cfg: F2BMLDConfig, seed: int,
         # evaluated at the instrument models of the last inner step
         grad_a = a.first_variation_grad(Sa, lam_col * (hw - hwt) / n)
         langevin_step(a, grad_a, eta, cfg.zeta, cfg.sigma, gen)
-    return F2BMLDRun(a, w, wt, lam, np.array(rec_steps), np.array(rec_L), snaps,
+    return F2BMLDRun(a, w, wt, lam, np.array(rec_steps), eta.numpy().astype(np.float64),
+                     np.array(rec_L), snaps,
                      np.array(rec_L_tracker))
