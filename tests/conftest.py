@@ -25,6 +25,18 @@ def companion(*args: str, root: Path = ROOT, timeout: float = 3600, env: dict | 
                           capture_output=True, timeout=timeout, **kw)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _one_torch_thread():
+    """Unit tests use small tensors: one PyTorch thread is faster and immune to other jobs on
+    shared cores. (Chapters run in their own kernels with the runner's thread count.)"""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     """A minimal project: a copy of lib/ plus one fixture chapter and its profiles."""

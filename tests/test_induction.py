@@ -14,13 +14,6 @@ from lib.induction.realistic import RealisticConfig, Transformer, realistic_cell
 N, N_TRG = 9, 2
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """The tensors here are small: one thread is faster (and cheaper on a shared machine)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 # -- the task ------------------------------------------------------------------------------

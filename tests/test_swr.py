@@ -10,13 +10,6 @@ from hypothesis import strategies as st
 from kernels.swr import SWRState, available_impls, scan, swr
 from kernels.swr import naive
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: one PyTorch thread is faster, and immune to other jobs on shared cores."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 FAST = [i for i in available_impls("cpu") if i != "reference"]

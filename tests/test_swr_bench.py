@@ -7,13 +7,6 @@ import torch
 
 from kernels.swr import bench, naive, scan
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: one PyTorch thread is faster, and immune to other jobs on shared cores."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 
