@@ -115,7 +115,3 @@ def build_html(book: Book, profile: str = "default") -> bool:
     print(f"book built: {book.build_dir / 'html' / 'index.html'}")
     return True
 
-
-def load_all_results(book: Book, profile: str) -> dict[str, dict]:
-    return {ch.slug: stored(book.run_dir(profile, ch)) or {} for ch in book.chapters()}
-

@@ -125,8 +125,7 @@ def _exit_code(doc: dict) -> int:
 def _clean_stale_tmp(out_dir: Path) -> None:
     for tmp in out_dir.parent.glob(f".tmp-{out_dir.name}-*"):
         pid = tmp.name.rsplit("-", 1)[-1]
-        alive = pid.isdigit() and _pid_alive(int(pid))
-        if not alive or int(pid) == os.getpid():
+        if not pid.isdigit() or int(pid) == os.getpid() or not _pid_alive(int(pid)):
             shutil.rmtree(tmp, ignore_errors=True)
 
 

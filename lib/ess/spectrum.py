@@ -117,6 +117,11 @@ def factored_singular_values(C: np.ndarray, B: np.ndarray,
     return out
 
 
+def _rank_threshold(s: np.ndarray, i: int, ell: int) -> np.ndarray:
+    """NumPy's numerical-rank threshold ``σ_1 · max(ℓ−i, i) · eps`` for the block at position i."""
+    return s[..., :1] * max(i, ell - i) * np.finfo(np.float64).eps
+
+
 def tolerance_ess(svals: list[np.ndarray], tau: float | None = None) -> np.ndarray:
     """``#{σ_m > τ σ_1}`` per position, shape ``(..., ℓ)``. ``tau=None``: NumPy's numerical
     rank threshold ``σ_1 · max(ℓ−i, i) · eps`` (the rank of the exact operator up to rounding)."""
@@ -127,7 +132,7 @@ def tolerance_ess(svals: list[np.ndarray], tau: float | None = None) -> np.ndarr
         if s.shape[-1] == 0:
             continue
         smax = s[..., :1]
-        thr = smax * (max(i, ell - i) * np.finfo(np.float64).eps if tau is None else tau)
+        thr = _rank_threshold(s, i, ell) if tau is None else smax * tau
         ess[..., i] = np.sum((s > thr) & (smax > 0), axis=-1)
     return ess
 
@@ -143,7 +148,7 @@ def entropy_ess(svals: list[np.ndarray]) -> np.ndarray:
             continue
         # singular values at rounding level (below the numerical-rank threshold) are zeros of
         # the exact operator: drop them, so entropy-ESS ≤ numerical rank holds exactly
-        s = np.where(s > s[..., :1] * max(i, ell - i) * np.finfo(np.float64).eps, s, 0.0)
+        s = np.where(s > _rank_threshold(s, i, ell), s, 0.0)
         total = s.sum(axis=-1, keepdims=True)
         p = np.divide(s, total, out=np.zeros_like(s), where=total > 0)
         plogp = np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0)
