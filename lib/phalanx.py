@@ -25,7 +25,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from kernels.swr import naive, scan, swr
-from kernels.swr.bench import swa_blocked
+from kernels.swa import swa_blocked
 from lib.llama import RMSNorm, SwiGLU, rope
 
 # ---------------------------------------------------------------------------------------------

@@ -24,15 +24,14 @@ read + write. ``ratio_to_swr`` is each time divided by ``swr``'s at the same len
 from __future__ import annotations
 
 import argparse
-import math
 import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
 import pandas as pd
 import torch
-import torch.nn.functional as F
 
+from kernels.swa import attention_full, swa_blocked
 from kernels.swr import swr
 
 IMPLS = ("swr", "swr-chunked", "scan-sequential", "scan-parallel", "swa-blocked", "attention-full")
@@ -59,33 +58,6 @@ def scan_parallel(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     pos = torch.exp(A + torch.logcumsumexp(log_pos - A, dim=-2))
     neg = torch.exp(A + torch.logcumsumexp(log_neg - A, dim=-2))
     return pos - neg
-
-
-def swa_blocked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block: int) -> torch.Tensor:
-    """Softmax attention over SWR's jagged window: block ``t`` sees blocks ``t−1`` and ``t``."""
-    B, H, L, D = q.shape
-    nb = -(-L // block)
-    pad = nb * block - L
-
-    def blocks(t):
-        return F.pad(t, (0, 0, 0, pad)).unflatten(-2, (nb, block))
-
-    qb, kb, vb = blocks(q), blocks(k), blocks(v)
-    prev = lambda t: torch.cat([torch.zeros_like(t[..., :1, :, :]), t[..., :-1, :, :]], dim=-3)
-    kw = torch.cat([prev(kb), kb], dim=-2)  # (B, H, nb, 2ℓ, D)
-    vw = torch.cat([prev(vb), vb], dim=-2)
-    scores = qb @ kw.transpose(-1, -2) / math.sqrt(D)  # (B, H, nb, ℓ, 2ℓ)
-    i = torch.arange(block)[:, None]
-    j = torch.arange(2 * block)[None, :]
-    allowed = (j <= i + block).expand(nb, block, 2 * block).clone()
-    allowed[0, :, :block] = False  # block 0 has no previous block
-    scores = scores.masked_fill(~allowed, float("-inf"))
-    out = torch.softmax(scores, dim=-1) @ vw
-    return out.flatten(-3, -2)[..., :L, :]
-
-
-def attention_full(q, k, v):
-    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
 # -- measurement ----------------------------------------------------------------------------
