@@ -1,18 +1,37 @@
 """Theorem-versus-simulation claims, recorded by a chapter and saved to results.json.
 
-A chapter creates one :class:`Claims`, records each quantitative check through one of the
-comparison helpers (each decides ``holds`` from the numbers it is given, so a claim can
-always fail), shows :meth:`Claims.table`, and finally calls :meth:`Claims.save`.
+A chapter creates one :class:`Claims` (``ch.claims``), records each quantitative comparison through
+one of the helpers below (each decides ``holds`` from the numbers it is given, so a claim can
+always fail), shows :meth:`Claims.table`, and finally saves results.json.
 
-    claims = Claims("01-induction-head")
+    claims.within("transition-ratio", "The OOD transition moves as 1/N_trg.",
+                  value=ratio, low=1.4, high=2.8, source="paper",
+                  alternative=("the transition does not depend on N_trg", 1.0))
     claims.close("lp-closed-form", "The LP optimum equals the closed form.",
-                 theory=c_closed, simulation=c_lp, rtol=1e-6)
+                 theory=c_closed, simulation=c_lp, rtol=1e-6, kind="check")
     claims.at_most("spearman", "R and OOD accuracy are anti-correlated.",
-                   value=rho, bound=-0.8)
-    claims.save(out_dir, metrics={"ood_accuracy": records})
+                   value=rho, bound=-0.8, kind="empirical")
 
-Two kinds (DESIGN.md): ``theorem`` claims must hold at the ``default`` profile;
-``empirical`` claims restate a paper's experimental finding and are reported either way.
+Three kinds (docs/design.md):
+
+- ``theorem``: a paper's result (``source="paper"``) or the chapter's stated reconstruction of one
+  (``source="reconstruction"``), tested on a simulation whose outcome is not fixed by construction.
+  Must hold. Each names its ``alternative``: the natural wrong hypothesis and the value it
+  predicts for the same quantity. The helper evaluates the alternative with the same rule as the
+  claim (below) and records whether the simulation rejects it; a theorem whose alternative is not
+  rejected does not discriminate (shown, but not a failure).
+- ``check``: verifies the implementation or the setup (identities, brute force against a dynamic
+  program, a configured value). Must hold; counted apart from theorems.
+- ``empirical``: a paper's experimental finding, reported as reproduced or not either way.
+
+How each helper judges an alternative that predicts ``p`` (a number, or an array for
+``all_close``): ``close``/``all_close`` reject it when the simulation is *not* within the claim's
+tolerance of ``p``; ``within`` rejects it when the value lies outside ``[p − w, p + w]`` with
+``w`` the claim's half-width (or outside ``p`` itself when ``p`` is a pair ``(low, high)``);
+``at_most`` (theory: value ≤ bound) rejects an alternative "value ≥ p" when value < p, and
+``at_least`` rejects "value ≤ p" when value > p. Where the comparison is bespoke (a model
+comparison, a likelihood ratio), pass ``Alternative(statement, prediction, rejected=...)``.
+
 A claim marked ``quick=False`` is recorded as skipped under the ``quick`` profile.
 """
 
@@ -27,13 +46,25 @@ from typing import Any
 
 import numpy as np
 
-KINDS = ("theorem", "empirical")
+KINDS = ("theorem", "check", "empirical")
+MUST_HOLD = ("theorem", "check")  # kinds whose failure fails a run
+SOURCES = ("paper", "reconstruction")
 PROFILE_ENV = "COMPANION_PROFILE"
+SCHEMA_VERSION = 2
 
 
 def current_profile() -> str:
     """The profile the runner executes this notebook under (``default`` in a plain Jupyter run)."""
     return os.environ.get(PROFILE_ENV, "default")
+
+
+@dataclass
+class Alternative:
+    """The competing hypothesis a theorem claim rules out, and what it predicts."""
+
+    statement: str
+    prediction: Any
+    rejected: bool | None = None  # None: let the claim's helper decide from the numbers
 
 
 @dataclass
@@ -46,6 +77,8 @@ class Claim:
     tolerance: str
     holds: bool | None  # None: skipped under this profile
     quick: bool = True
+    source: str | None = None  # theorem claims: "paper" or "reconstruction"
+    alternative: dict | None = None  # theorem claims: {"statement", "prediction", "rejected"}
 
     @property
     def status(self) -> str:
@@ -54,6 +87,17 @@ class Claim:
         if self.kind == "empirical":
             return "reproduced" if self.holds else "not reproduced"
         return "holds" if self.holds else "FAILS"
+
+    @property
+    def discriminates(self) -> bool | None:
+        """Whether the simulation rejects the named alternative (theorem claims only)."""
+        if self.alternative is None or self.holds is None:
+            return None
+        return bool(self.alternative.get("rejected"))
+
+    @property
+    def kind_label(self) -> str:
+        return "theorem (reconstructed)" if self.kind == "theorem" and self.source == "reconstruction" else self.kind
 
 
 def to_jsonable(value: Any) -> Any:
@@ -90,6 +134,20 @@ def _finite(*values: float) -> bool:
     return all(v is not None and math.isfinite(float(v)) for v in values)
 
 
+def _closeness(atol: float, rtol: float, what: str = "|sim − theory|") -> str:
+    terms = [f"{atol:.3g}"] if atol else []
+    if rtol:
+        terms.append(f"{rtol:.3g}·|theory|")
+    return f"{what} ≤ " + (" + ".join(terms) if terms else "0")
+
+
+def _array_summary(values: np.ndarray) -> Any:
+    """An array as recorded in results.json: the values if short, else shape and range."""
+    if values.size <= 16:
+        return values.tolist()
+    return {"shape": list(values.shape), "min": float(np.nanmin(values)), "max": float(np.nanmax(values))}
+
+
 class Claims:
     """The claims of one chapter run."""
 
@@ -100,74 +158,104 @@ class Claims:
 
     # -- recording -----------------------------------------------------------------------
     def record(self, id: str, statement: str, *, theory: Any, simulation: Any, holds: bool,
-               tolerance: str, kind: str = "theorem", quick: bool = True) -> Claim:
-        """Record a check whose verdict the caller computed (prefer the helpers below)."""
+               tolerance: str, kind: str = "theorem", quick: bool = True, source: str | None = None,
+               alternative: Alternative | tuple | None = None, _rejects=None) -> Claim:
+        """Record a comparison whose verdict the caller computed (prefer the helpers below).
+
+        ``alternative`` is an :class:`Alternative` or a pair ``(statement, prediction)``; a pair
+        needs a helper that knows how to judge it (``record`` itself needs ``rejected`` given).
+        """
         if kind not in KINDS:
             raise ValueError(f"claim {id!r}: kind must be one of {KINDS}, got {kind!r}")
         if any(c.id == id for c in self.claims):
             raise ValueError(f"claim {id!r} recorded twice")
+        if source is not None and source not in SOURCES:
+            raise ValueError(f"claim {id!r}: source must be one of {SOURCES}, got {source!r}")
+        if kind != "theorem" and (source is not None or alternative is not None):
+            raise ValueError(f"claim {id!r}: only theorem claims take a source and an alternative")
+        alt = None
+        if alternative is not None:
+            if not isinstance(alternative, Alternative):
+                alternative = Alternative(*alternative)
+            rejected = alternative.rejected
+            if rejected is None:
+                if _rejects is None:
+                    raise ValueError(f"claim {id!r}: record() needs Alternative(..., rejected=...)")
+                rejected = _rejects(alternative.prediction)
+            alt = {"statement": alternative.statement, "prediction": to_jsonable(alternative.prediction),
+                   "rejected": bool(rejected)}
         skipped = self.profile == "quick" and not quick
         claim = Claim(id=id, kind=kind, statement=statement, theory=to_jsonable(theory),
                       simulation=to_jsonable(simulation), tolerance=tolerance,
-                      holds=None if skipped else bool(holds), quick=quick)
+                      holds=None if skipped else bool(holds), quick=quick, source=source, alternative=alt)
         self.claims.append(claim)
         return claim
 
     def close(self, id: str, statement: str, *, theory: float, simulation: float,
               rtol: float = 0.0, atol: float = 0.0, **kw) -> Claim:
         """|simulation − theory| ≤ atol + rtol·|theory| (both finite)."""
-        ok = _finite(theory, simulation) and abs(simulation - theory) <= atol + rtol * abs(theory)
-        return self.record(id, statement, theory=theory, simulation=simulation, holds=ok,
-                           tolerance=f"|sim − theory| ≤ {atol:g} + {rtol:g}·|theory|", **kw)
+        def near(p):
+            return _finite(p, simulation) and abs(simulation - p) <= atol + rtol * abs(p)
+
+        return self.record(id, statement, theory=theory, simulation=simulation, holds=near(theory),
+                           tolerance=_closeness(atol, rtol), _rejects=lambda p: not near(p), **kw)
 
     def all_close(self, id: str, statement: str, *, theory, simulation, rtol: float = 0.0,
                   atol: float = 0.0, **kw) -> Claim:
-        """Elementwise closeness of two arrays; records the worst absolute and relative error."""
+        """Elementwise closeness of two arrays; records the theory values (or their shape and
+        range when long) and the worst absolute and relative error."""
         t = np.asarray(theory, dtype=float)
         s = np.asarray(simulation, dtype=float)
         if t.shape != s.shape:
             raise ValueError(f"claim {id!r}: shapes differ, {t.shape} vs {s.shape}")
+
+        def near(p):
+            p = np.broadcast_to(np.asarray(p, dtype=float), s.shape)
+            return bool(np.all(np.isfinite(s)) and np.all(np.abs(s - p) <= atol + rtol * np.abs(p)))
+
         err = np.abs(s - t)
-        ok = bool(np.all(np.isfinite(s)) and np.all(err <= atol + rtol * np.abs(t)))
         worst_rel = float(np.max(err / np.maximum(np.abs(t), np.finfo(float).tiny))) if t.size else 0.0
-        return self.record(id, statement, theory=0.0,
-                           simulation={"max_abs_err": float(err.max(initial=0.0)),
-                                       "max_rel_err": worst_rel},
-                           holds=ok, tolerance=f"every |sim − theory| ≤ {atol:g} + {rtol:g}·|theory|",
-                           **kw)
+        return self.record(id, statement, theory=_array_summary(t),
+                           simulation={"max_abs_err": float(err.max(initial=0.0)), "max_rel_err": worst_rel},
+                           holds=near(t), tolerance="every " + _closeness(atol, rtol),
+                           _rejects=lambda p: not near(p), **kw)
 
     def at_most(self, id: str, statement: str, *, value: float, bound: float, **kw) -> Claim:
         """value ≤ bound. ``theory`` is the bound, ``simulation`` the value."""
         ok = _finite(value, bound) and value <= bound
         return self.record(id, statement, theory=bound, simulation=value, holds=ok,
-                           tolerance="simulation ≤ theory", **kw)
+                           tolerance=f"simulation ≤ {format_value(float(bound))}",
+                           _rejects=lambda p: _finite(value, p) and value < p, **kw)
 
     def at_least(self, id: str, statement: str, *, value: float, bound: float, **kw) -> Claim:
         """value ≥ bound."""
         ok = _finite(value, bound) and value >= bound
         return self.record(id, statement, theory=bound, simulation=value, holds=ok,
-                           tolerance="simulation ≥ theory", **kw)
+                           tolerance=f"simulation ≥ {format_value(float(bound))}",
+                           _rejects=lambda p: _finite(value, p) and value > p, **kw)
 
     def within(self, id: str, statement: str, *, value: float, low: float, high: float,
                **kw) -> Claim:
         """low ≤ value ≤ high."""
         ok = _finite(value, low, high) and low <= value <= high
+
+        def rejects(p):
+            lo, hi = (p if np.ndim(p) else (p - (high - low) / 2, p + (high - low) / 2))
+            return _finite(value, lo, hi) and not lo <= value <= hi
+
         return self.record(id, statement, theory=[low, high], simulation=value, holds=ok,
-                           tolerance="theory[0] ≤ simulation ≤ theory[1]", **kw)
+                           tolerance=f"within [{format_value(float(low))}, {format_value(float(high))}]",
+                           _rejects=rejects, **kw)
 
     # -- reporting -----------------------------------------------------------------------
     @property
     def failed(self) -> list[Claim]:
-        return [c for c in self.claims if c.kind == "theorem" and c.holds is False]
+        """Theorem and check claims that do not hold (these fail a run)."""
+        return [c for c in self.claims if c.kind in MUST_HOLD and c.holds is False]
 
     def table(self):
-        """A pandas DataFrame of the claims, for display in the chapter."""
-        import pandas as pd
-
-        rows = [{"claim": c.id, "kind": c.kind, "statement": c.statement, "theory": format_value(c.theory),
-                 "simulation": format_value(c.simulation), "tolerance": c.tolerance, "status": c.status}
-                for c in self.claims]
-        return pd.DataFrame(rows).set_index("claim") if rows else pd.DataFrame()
+        """The claims table for display in the chapter (an HTML table that wraps long text)."""
+        return ClaimsTable(self.claims)
 
     def save(self, out_dir: str | os.PathLike, metrics: dict | None = None) -> Path:
         """Write results.json (the runner adds parameters and provenance afterwards)."""
@@ -175,10 +263,83 @@ class Claims:
         out.mkdir(parents=True, exist_ok=True)
         path = out / "results.json"
         previous = json.loads(path.read_text()) if path.exists() else {}
-        doc = {"chapter": self.chapter, "profile": self.profile,
+        doc = {"schema_version": SCHEMA_VERSION, "chapter": self.chapter, "profile": self.profile,
                "parameters": previous.get("parameters", {}),
-               "claims": [{k: v for k, v in asdict(c).items()} for c in self.claims],
+               "claims": [claim_record(c) for c in self.claims],
                "metrics": to_jsonable(metrics or {}),
                "provenance": previous.get("provenance", {})}
         path.write_text(json.dumps(doc, indent=1, allow_nan=False))
         return path
+
+
+def failing(claims: list[dict]) -> list[dict]:
+    """The stored claims (results.json records) of a must-hold kind that did not hold."""
+    return [c for c in claims if c.get("kind") in MUST_HOLD and c.get("holds") is False]
+
+
+def claim_record(c: Claim) -> dict:
+    """A claim as stored in results.json (``source``/``alternative`` only on theorem claims)."""
+    doc = asdict(c)
+    if c.kind != "theorem":
+        doc.pop("source")
+        doc.pop("alternative")
+    return doc
+
+
+BADGE_COLOURS = {"holds": "#1b7837", "reproduced": "#1b7837", "FAILS": "#b2182b",
+                 "not reproduced": "#b35806", "skipped": "#6b6b6b"}
+
+
+def badge(status: str) -> str:
+    """A coloured verdict badge (inline HTML) for a claim status."""
+    colour = BADGE_COLOURS.get(status, "#6b6b6b")
+    return (f'<span class="claim-badge" style="background:{colour};color:#fff;border-radius:0.6em;'
+            f'padding:0.05em 0.5em;white-space:nowrap">{status}</span>')
+
+
+def discrimination_text(alternative: dict | None, holds: bool | None) -> str:
+    if alternative is None:
+        return "—"
+    verdict = "rejected" if alternative.get("rejected") else "not rejected (does not discriminate)"
+    return f"{alternative['statement']} (predicts {format_value(alternative.get('prediction'))}): {verdict}"
+
+
+class ClaimsTable:
+    """The chapter's claims rendered for reading: full statements, tolerances in words, the
+    alternative each theorem rules out, coloured verdicts. Displays as HTML in the notebook and
+    as plain text elsewhere."""
+
+    def __init__(self, claims: list[Claim]):
+        self.claims = list(claims)
+
+    def rows(self) -> list[dict]:
+        return [{"claim": c.id, "kind": c.kind_label, "statement": c.statement,
+                 "theory": format_value(c.theory), "simulation": format_value(c.simulation),
+                 "tolerance": c.tolerance, "alternative": discrimination_text(c.alternative, c.holds),
+                 "status": c.status} for c in self.claims]
+
+    def to_frame(self):
+        import pandas as pd
+
+        rows = self.rows()
+        return pd.DataFrame(rows).set_index("claim") if rows else pd.DataFrame()
+
+    def _repr_html_(self) -> str:
+        from html import escape
+
+        head = ("verdict", "claim", "kind", "statement", "theory", "simulation", "tolerance",
+                "alternative ruled out")
+        body = []
+        for r in self.rows():
+            cells = [badge(r["status"]), f"<code>{escape(r['claim'])}</code>", escape(r["kind"]),
+                     escape(r["statement"]), escape(r["theory"]), escape(r["simulation"]),
+                     escape(r["tolerance"]), escape(r["alternative"])]
+            body.append("<tr>" + "".join(f'<td style="text-align:left;vertical-align:top">{c}</td>'
+                                         for c in cells) + "</tr>")
+        header = "".join(f'<th style="text-align:left">{h}</th>' for h in head)
+        return (f'<table class="claims-table" style="table-layout:auto;width:100%;font-size:0.9em">'
+                f"<thead><tr>{header}</tr></thead><tbody>{''.join(body)}</tbody></table>")
+
+    def __repr__(self) -> str:
+        lines = [f"{r['status']:>14}  {r['claim']}: {r['statement']}" for r in self.rows()]
+        return "\n".join(lines) if lines else "(no claims)"

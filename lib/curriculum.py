@@ -34,6 +34,8 @@ from itertools import product
 
 import numpy as np
 from scipy import special
+from lib.stats import loglog_slope  # noqa: F401  (re-exported for the chapter)
+from lib.stats import softmax
 
 ROUTES = ("direct", "depth", "hint")
 
@@ -175,10 +177,6 @@ def mod_chain(d: int, k: int, target=None, p: int = 5, a: int = 2,
 # ---------------------------------------------------------------------------------------------
 # The positional policy and REINFORCE
 # ---------------------------------------------------------------------------------------------
-def softmax(logits: np.ndarray) -> np.ndarray:
-    z = logits - logits.max(axis=-1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=-1, keepdims=True)
 
 
 def sample_paths(logits: np.ndarray, n: int, rng: np.random.Generator,
@@ -419,15 +417,6 @@ def n_star_asymptotic(d: float, depths: int, q: float, delta: float = 0.01) -> f
         return float(d) ** depths * math.log(1 / delta)
     z = math.sqrt(2 * math.log(d)) + math.sqrt(2 * math.log(depths / delta))
     return 2 * q / (1 - q) ** 2 * float(d) ** (2 * depths - 1) * z * z
-
-
-def loglog_slope(x, y) -> float:
-    """Least-squares slope of log y against log x over the finite points."""
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    keep = np.isfinite(y) & (y > 0)
-    if keep.sum() < 2:
-        return math.nan
-    return float(np.polyfit(np.log(x[keep]), np.log(y[keep]), 1)[0])
 
 
 def sweep_n_star(ds, ks, q: float, route: str, repeats: int, seeds, n_max: float,

@@ -37,6 +37,7 @@ import numpy as np
 from scipy import optimize
 from scipy.special import expit, log_expit, logsumexp
 from scipy.stats import norm
+from lib.stats import loglog_slope  # noqa: F401  (re-exported for the chapter)
 
 # ----------------------------------------------------------------------------------------------
 # Preference structures over a finite output set
@@ -373,11 +374,6 @@ def population_limits(pi: np.ndarray, pref: Preference, beta: float = 1.0) -> di
             "dpo": fit_dpo_categorical(pi, C, beta),
             "kto": fit_kto_categorical(pi, pi * q, pi * (1 - q), beta)}
     return {"target": target, "policies": pols, "tv": {k: tv(v, target) for k, v in pols.items()}}
-
-
-def loglog_slope(N, values) -> float:
-    """Least-squares slope of log(values) against log(N)."""
-    return float(np.polyfit(np.log(np.asarray(N, float)), np.log(np.asarray(values, float)), 1)[0])
 
 
 # ----------------------------------------------------------------------------------------------

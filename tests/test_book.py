@@ -1,5 +1,5 @@
 """The real book: every chapter at `quick`, the `default` book built with warnings as errors,
-and every theorem claim recorded at `default` holds.
+and every theorem and check claim recorded at `default` holds.
 
 These run the actual chapters through the CLI (cached between runs, so a second `make test`
 with nothing changed is fast)."""
@@ -11,7 +11,8 @@ import json
 import pytest
 from conftest import ROOT, companion
 
-from lib.chapters import Book
+from lib.claims import KINDS, MUST_HOLD, SCHEMA_VERSION, SOURCES
+from lib.pipeline.chapters import Book
 
 CHAPTERS = [c.slug for c in Book(ROOT).chapters()]
 pytestmark = pytest.mark.slow
@@ -39,11 +40,23 @@ def test_default_book_builds_without_warnings(default_book):
 
 
 @pytest.mark.parametrize("slug", CHAPTERS)
-def test_every_theorem_claim_holds_at_default(default_book, slug):
+def test_every_theorem_and_check_claim_holds_at_default(default_book, slug):
     doc = _results("default", slug)
-    failed = [f"{c['id']}: {c['statement']} (theory {c['theory']}, simulation {c['simulation']}, "
-              f"{c['tolerance']})" for c in doc["claims"] if c["kind"] == "theorem" and c["holds"] is not True]
-    assert not failed, f"{slug}: theorem claims that do not hold:\n" + "\n".join(failed)
+    failed = [f"{c['kind']} {c['id']}: {c['statement']} (theory {c['theory']}, simulation {c['simulation']}, "
+              f"{c['tolerance']})" for c in doc["claims"] if c["kind"] in MUST_HOLD and c["holds"] is not True]
+    assert not failed, f"{slug}: claims that do not hold:\n" + "\n".join(failed)
+
+
+@pytest.mark.parametrize("slug", CHAPTERS)
+def test_every_claim_is_of_a_known_kind_and_theorems_name_source_and_alternative(default_book, slug):
+    doc = _results("default", slug)
+    assert doc.get("schema_version") == SCHEMA_VERSION
+    for c in doc["claims"]:
+        assert c["kind"] in KINDS, f"{slug}: {c['id']} has kind {c['kind']!r}"
+        if c["kind"] == "theorem":
+            assert c.get("source") in SOURCES, f"{slug}: theorem {c['id']} has no source (paper/reconstruction)"
+            alt = c.get("alternative") or {}
+            assert alt.get("statement") and "rejected" in alt, f"{slug}: theorem {c['id']} names no alternative"
 
 
 def test_rebuild_with_nothing_changed_is_all_cache_hits(default_book):

@@ -14,7 +14,7 @@ from urllib.parse import urljoin, urlparse
 import pytest
 from conftest import ROOT
 
-from lib.chapters import Book
+from lib.pipeline.chapters import Book
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 HTML = ROOT / "_build" / "html"
@@ -100,4 +100,17 @@ def test_status_page_lists_every_chapter(browser, server):
     assert "not run" not in text
     links = page.eval_on_selector_all("main a[href]", "els => els.map(a => a.getAttribute('href'))")
     assert sum(urlparse(h).path.endswith(".html") and "chapters/" in h for h in links) >= len(CHAPTERS)
+    page.close()
+
+
+def test_status_page_verdicts_are_visible_without_horizontal_scrolling(browser, server):
+    page = browser.new_page(viewport={"width": 1300, "height": 900})
+    page.goto(urljoin(server, "book/status.html"), wait_until="load")
+    badges = page.locator("table.status-claims .claim-badge")
+    assert badges.count() > 0, "the status page shows no verdict badges"
+    overflow = page.evaluate("() => document.documentElement.scrollWidth - document.documentElement.clientWidth")
+    assert overflow <= 0, f"the status page scrolls horizontally by {overflow}px at 1300px"
+    for i in range(badges.count()):
+        box = badges.nth(i).bounding_box()
+        assert box and 0 <= box["x"] and box["x"] + box["width"] <= 1300, f"verdict {i} is off screen: {box}"
     page.close()

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from lib.claims import Claims
+from lib.claims import Alternative, Claims
 
 
 def test_helpers_decide_from_numbers():
@@ -21,6 +21,62 @@ def test_helpers_decide_from_numbers():
     assert c.all_close("g", "s", theory=[1, 2], simulation=np.array([1, 2 + 1e-12]), atol=1e-10).holds
     assert not c.all_close("h", "s", theory=[1, 2], simulation=[1, 2.1], atol=1e-3).holds
     assert [x.id for x in c.failed] == ["b", "nan", "d", "f", "h"]
+
+
+def test_check_claims_must_hold_and_take_no_alternative():
+    c = Claims("00-test", profile="default")
+    assert not c.close("id", "an identity", theory=1.0, simulation=1.1, atol=1e-9, kind="check").holds
+    assert [x.id for x in c.failed] == ["id"]
+    with pytest.raises(ValueError, match="only theorem"):
+        c.close("x", "s", theory=1.0, simulation=1.0, kind="check", alternative=("other", 2.0))
+    with pytest.raises(ValueError, match="source"):
+        c.close("y", "s", theory=1.0, simulation=1.0, source="folklore")
+
+
+def test_alternative_is_judged_by_the_claims_own_rule():
+    c = Claims("00-test", profile="default")
+    # close: rejected when the simulation is not within the claim's tolerance of the prediction
+    a = c.close("a", "s", theory=1.0, simulation=1.02, rtol=0.05, source="paper", alternative=("no effect", 0.0))
+    b = c.close("b", "s", theory=1.0, simulation=1.02, rtol=0.05, source="paper", alternative=("5% more", 1.05))
+    assert a.holds and a.alternative == {"statement": "no effect", "prediction": 0.0, "rejected": True}
+    assert b.holds and b.alternative["rejected"] is False and b.discriminates is False
+    # within: a point prediction gets the claim's half-width; a pair is an interval of its own
+    w = c.within("w", "s", value=2.0, low=1.4, high=2.8, source="paper", alternative=("no dependence", 1.0))
+    assert w.alternative["rejected"] is True  # |2.0 − 1.0| = 1.0 exceeds the half-width 0.7
+    w2 = c.within("w2", "s", value=2.0, low=1.4, high=2.8, source="paper", alternative=("steeper", (1.9, 3.5)))
+    assert w2.alternative["rejected"] is False
+    # one-sided: value ≤ bound rules out "value ≥ p" when value < p
+    m = c.at_most("m", "s", value=0.5, bound=1.0, source="reconstruction", alternative=("vacuous", 3.0))
+    assert m.alternative["rejected"] and m.kind_label == "theorem (reconstructed)"
+    m2 = c.at_least("m2", "s", value=0.5, bound=0.1, source="paper", alternative=("at most chance", 0.6))
+    assert not m2.alternative["rejected"]
+    # arrays: the alternative predicts the whole array
+    g = c.all_close("g", "s", theory=[1, 2], simulation=[1, 2], atol=1e-6, source="paper",
+                    alternative=("all equal", [1.5, 1.5]))
+    assert g.alternative["rejected"] and g.theory == [1.0, 2.0]
+    # bespoke: the caller decides
+    r = c.record("r", "s", theory=1, simulation=1, holds=True, tolerance="t", source="paper",
+                 alternative=Alternative("a power law", -1.0, rejected=True))
+    assert r.discriminates
+    with pytest.raises(ValueError, match="rejected"):
+        c.record("r2", "s", theory=1, simulation=1, holds=True, tolerance="t", alternative=("x", 1.0))
+
+
+def test_all_close_records_the_theory_values_or_their_range():
+    c = Claims("00-test", profile="default")
+    small = c.all_close("s", "s", theory=[0.5, 0.25], simulation=[0.5, 0.25], atol=1e-9, kind="check")
+    assert small.theory == [0.5, 0.25]
+    big = c.all_close("b", "s", theory=np.linspace(1, 2, 40).reshape(4, 10), simulation=np.linspace(1, 2, 40)
+                      .reshape(4, 10), atol=1e-9, kind="check")
+    assert big.theory == {"shape": [4, 10], "min": 1.0, "max": 2.0}
+
+
+def test_tolerances_read_as_mathematics():
+    c = Claims("00-test", profile="default")
+    assert c.close("a", "s", theory=1.0, simulation=1.0, rtol=1e-3, kind="check").tolerance == \
+        "|sim − theory| ≤ 0.001·|theory|"
+    assert c.within("b", "s", value=2.0, low=1.4, high=2.8, kind="empirical").tolerance == "within [1.4, 2.8]"
+    assert c.at_most("c", "s", value=1, bound=2, kind="empirical").tolerance == "simulation ≤ 2"
 
 
 def test_empirical_failure_is_not_a_theorem_failure():
@@ -52,4 +108,7 @@ def test_save_writes_json_safe_results(tmp_path):
     path = c.save(tmp_path, metrics={"curve": np.arange(3), "bad": math.inf})
     doc = json.loads(path.read_text())
     assert doc["claims"][0]["holds"] is True and doc["metrics"] == {"curve": [0, 1, 2], "bad": None}
-    assert list(c.table().index) == ["a"]
+    assert doc["schema_version"] == 2 and "alternative" in doc["claims"][0]
+    assert list(c.table().to_frame().index) == ["a"]
+    html = c.table()._repr_html_()
+    assert "claim-badge" in html and "holds" in html

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import BIN, ROOT, companion
 
-from lib.chapters import Book, Parameter, UsageError
+from lib.pipeline.chapters import Book, Parameter, UsageError
 
 RUN_DIR = Path("_build/runs")
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lib.chapters import Book
+from lib.pipeline.chapters import Book
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted(ROOT.glob("book/**/*.ipynb")) + sorted(ROOT.glob("tests/fixtures/*.ipynb"))

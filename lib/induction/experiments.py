@@ -14,6 +14,7 @@ from scipy.optimize import OptimizeWarning, curve_fit
 from lib.induction.data import LengthDist, sample_ood
 from lib.induction.one_layer import Embedding, evaluate, predict, train_two_step
 from lib.induction.theory import lemma7_w_kq, max_sum_ratio
+from lib.stats import loglog_slope  # noqa: F401  (re-exported for the chapter)
 
 
 def fig3_grid(l_lo: int = 3, l_hi: int = 15, step: int = 1) -> list[dict]:
@@ -103,11 +104,6 @@ def fit_transition(r, accuracy) -> dict:
     except (RuntimeError, TypeError):  # no convergence, or fewer cells than parameters
         return {"r_star": float("nan"), "width": float("nan")}
     return {"r_star": float(np.exp(log_r_star)), "width": float(abs(width))}
-
-
-def loglog_slope(x, y) -> float:
-    """Least-squares slope of ``log y`` against ``log x``."""
-    return float(np.polyfit(np.log(np.asarray(x, float)), np.log(np.asarray(y, float)), 1)[0])
 
 
 def ratio_grid(n_trg: int, l_lo: int, l_hi: int) -> np.ndarray:

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from lib.chapters import Book, Chapter, UsageError
+from lib.claims import failing
+from lib.pipeline.chapters import Book, ChapterSource, UsageError
 from lib.provenance import environment, git_commit
 
 TRACKED_DIRS = ("lib", "kernels")
@@ -36,7 +37,7 @@ OK, EXEC_FAILED, CLAIM_FAILED, USAGE = 0, 1, 2, 64
 
 @dataclass
 class RunResult:
-    chapter: Chapter
+    chapter: ChapterSource
     profile: str
     out_dir: Path
     status: str  # "cached", "ran" or "failed"
@@ -47,8 +48,7 @@ class RunResult:
 
     @property
     def failed_claims(self) -> list[dict]:
-        return [c for c in self.results.get("claims", [])
-                if c.get("kind") == "theorem" and c.get("holds") is False]
+        return failing(self.results.get("claims", []))
 
 
 def _sha(*parts: bytes) -> str:
@@ -74,7 +74,7 @@ def environment_fingerprint(root: Path) -> bytes:
     return b"\0".join(parts)
 
 
-def cache_key(book: Book, chapter: Chapter, params: dict, deps: list[str]) -> str:
+def cache_key(book: Book, chapter: ChapterSource, params: dict, deps: list[str]) -> str:
     dep_parts = []
     for rel in sorted(deps):
         p = book.root / rel
@@ -105,7 +105,7 @@ def stored(out_dir: Path) -> dict | None:
         return None
 
 
-def is_fresh(book: Book, chapter: Chapter, params: dict, out_dir: Path) -> tuple[bool, dict | None]:
+def is_fresh(book: Book, chapter: ChapterSource, params: dict, out_dir: Path) -> tuple[bool, dict | None]:
     """Whether ``out_dir`` holds a complete run with the same cache key."""
     doc = stored(out_dir)
     if not doc:
@@ -118,8 +118,7 @@ def is_fresh(book: Book, chapter: Chapter, params: dict, out_dir: Path) -> tuple
 
 
 def _exit_code(doc: dict) -> int:
-    failed = [c for c in doc.get("claims", []) if c.get("kind") == "theorem" and c.get("holds") is False]
-    return CLAIM_FAILED if failed else OK
+    return CLAIM_FAILED if failing(doc.get("claims", [])) else OK
 
 
 def _clean_stale_tmp(out_dir: Path) -> None:
@@ -148,7 +147,7 @@ def _error_summary(exc: Exception) -> str:
     return "\n".join(lines[-15:])
 
 
-def resolve(book: Book, chapter: Chapter, profile: str, overrides: dict[str, str]) -> dict:
+def resolve(book: Book, chapter: ChapterSource, profile: str, overrides: dict[str, str]) -> dict:
     """The chapter's parameters for this profile and overrides, without ``out_dir`` (where a
     run is written is not part of what it computes: the runner sets it)."""
     if "out_dir" in overrides:
@@ -158,7 +157,7 @@ def resolve(book: Book, chapter: Chapter, profile: str, overrides: dict[str, str
     return params
 
 
-def run_chapter(book: Book, chapter: Chapter, profile: str = "default",
+def run_chapter(book: Book, chapter: ChapterSource, profile: str = "default",
                 overrides: dict[str, str] | None = None, out: Path | None = None,
                 force: bool = False, progress: bool | dict = True) -> RunResult:
     """Run one chapter (or reuse a cached run); see the module docstring."""
@@ -232,22 +231,29 @@ def set_threads(threads: int) -> None:
         os.environ[var] = str(threads)
 
 
-def run_many(book: Book, chapters: list[Chapter], profile: str, overrides: dict, out: Path | None,
+def run_many(book: Book, chapters: list[ChapterSource], profile: str, overrides: dict, out: Path | None,
              force: bool, jobs: int, scheduler: str | None, report) -> list[RunResult]:
     """Run chapters, ``jobs`` at a time with the cores split between them; ``report`` is
     called with each RunResult as it finishes."""
     if out and len(chapters) > 1:
         raise UsageError("--out takes one chapter at a time")
-    for ch in chapters:  # validate everything before any kernel starts
+    return run_tasks(book, [(ch, overrides, out) for ch in chapters], profile, force, jobs, scheduler, report)
+
+
+def run_tasks(book: Book, tasks: list[tuple[ChapterSource, dict, Path | None]], profile: str, force: bool,
+              jobs: int, scheduler: str | None, report) -> list[RunResult]:
+    """Run (chapter, overrides, out) tasks, ``jobs`` at a time with the cores split between them.
+    Every task's parameters are validated before any kernel starts."""
+    for ch, overrides, _ in tasks:
         resolve(book, ch, profile, overrides)
-    jobs = max(1, min(jobs, len(chapters)))
+    jobs = max(1, min(jobs, len(tasks)))
     # The cores are split between parallel chapters; COMPANION_THREADS, when set, wins.
     set_threads(int(os.environ.get("COMPANION_THREADS") or 0) or max(1, (os.cpu_count() or 1) // jobs))
     if scheduler:
         os.environ["COMPANION_SCHEDULER"] = scheduler
     if jobs == 1:
         results = []
-        for ch in chapters:
+        for ch, overrides, out in tasks:
             r = run_chapter(book, ch, profile, overrides, out, force, progress={"desc": ch.slug})
             report(r)
             results.append(r)
@@ -259,7 +265,7 @@ def run_many(book: Book, chapters: list[Chapter], profile: str, overrides: dict,
     with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
         futures = [pool.submit(_run_in_worker, str(book.root), ch.slug, profile, overrides, out, force,
                                {"desc": ch.slug, "position": i % jobs, "leave": False})
-                   for i, ch in enumerate(chapters)]
+                   for i, (ch, overrides, out) in enumerate(tasks)]
         for fut in as_completed(futures):
             report(fut.result())
         return [f.result() for f in futures]

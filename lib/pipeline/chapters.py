@@ -30,7 +30,7 @@ def find_root() -> Path:
     env = os.environ.get("COMPANION_ROOT")
     if env:
         return Path(env).resolve()
-    return Path(__file__).resolve().parent.parent
+    return Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ def _type_name(value: Any) -> str:
 
 
 @dataclass
-class Chapter:
+class ChapterSource:
     number: str
     slug: str
     path: Path
@@ -152,16 +152,16 @@ class Book:
         self.params_dir = self.root / "book" / "params"
         self.build_dir = self.root / "_build"
 
-    def chapters(self) -> list[Chapter]:
+    def chapters(self) -> list[ChapterSource]:
         found = []
         for path in sorted(self.chapter_dir.glob("*.ipynb")):
             m = _CHAPTER_FILE.match(path.name)
             if m:
-                found.append(Chapter(m.group(1), f"{m.group(1)}-{m.group(2)}", path,
+                found.append(ChapterSource(m.group(1), f"{m.group(1)}-{m.group(2)}", path,
                                      parameters_of(path)))
         return found
 
-    def chapter(self, key: str) -> Chapter:
+    def chapter(self, key: str) -> ChapterSource:
         """A chapter by number (``3``, ``03``) or slug."""
         chapters = self.chapters()
         for ch in chapters:
@@ -170,7 +170,7 @@ class Book:
         names = ", ".join(c.slug for c in chapters)
         raise UsageError(f"no chapter '{key}' (chapters: {names})")
 
-    def profile(self, name: str, chapter: Chapter) -> dict:
+    def profile(self, name: str, chapter: ChapterSource) -> dict:
         if name not in PROFILES:
             raise UsageError(f"unknown profile '{name}' (profiles: {', '.join(PROFILES)})")
         path = self.params_dir / f"{name}.yaml"
@@ -180,5 +180,5 @@ class Book:
             raise UsageError(f"{path}: the entry for {chapter.slug} must be a mapping")
         return values
 
-    def run_dir(self, profile: str, chapter: Chapter) -> Path:
+    def run_dir(self, profile: str, chapter: ChapterSource) -> Path:
         return self.build_dir / "runs" / profile / chapter.slug

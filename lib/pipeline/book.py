@@ -13,11 +13,12 @@ import hashlib
 import shutil
 import subprocess
 import sys
+from html import escape
 from pathlib import Path
 
-from lib.chapters import Book
-from lib.claims import format_value
-from lib.runner import stored
+from lib.claims import badge, discrimination_text, format_value
+from lib.pipeline.chapters import Book
+from lib.pipeline.runner import stored
 
 STATUS_MARKER = "<!-- status-table -->"
 
@@ -32,40 +33,73 @@ def _status(claim: dict) -> str:
     if holds is None:
         return "skipped"
     if claim.get("kind") == "empirical":
-        return "reproduced" if holds else "**not reproduced**"
-    return "holds" if holds else "**FAILS**"
+        return "reproduced" if holds else "not reproduced"
+    return "holds" if holds else "FAILS"
+
+
+def _count(claims: list[dict]) -> str:
+    return f"{sum(c.get('holds') is True for c in claims)}/{len(claims)}" if claims else "—"
+
+
+def _claim_row(c: dict, seeds: dict | None) -> str:
+    """One claim as an HTML table row: verdict first, the statement with its numbers one click away."""
+    kind = c["kind"] + (" (reconstructed)" if c.get("source") == "reconstruction" else "")
+    tally = "—"
+    if seeds is not None:
+        mine = next((x for x in seeds["claims"] if x["id"] == c["id"]), None)
+        if mine is not None:
+            tally = f"held on {mine['held']}/{len(seeds['seeds'])} seeds"
+            if mine["failed_seeds"]:
+                tally += f" (failed: {', '.join(map(str, mine['failed_seeds']))})"
+    details = (f"theory {escape(format_value(c.get('theory')))}; simulation "
+               f"{escape(format_value(c.get('simulation')))}; tolerance {escape(c.get('tolerance', ''))}")
+    if c.get("alternative"):
+        details += "; alternative: " + escape(discrimination_text(c["alternative"], c.get("holds")))
+    discriminates = "—"
+    if c.get("alternative"):
+        discriminates = "yes" if c["alternative"].get("rejected") else "<b>no</b>"
+    return (f"<tr><td>{badge(_status(c))}</td><td><code>{escape(c['id'])}</code></td><td>{kind}</td>"
+            f"<td><details><summary>{escape(c['statement'])}</summary>{details}</details></td>"
+            f"<td>{discriminates}</td><td>{tally}</td></tr>")
 
 
 def status_markdown(book: Book, profile: str) -> str:
-    """Tables of every chapter's runtime, claims and environment."""
-    lines = ["| chapter | runtime (s) | theorem claims held | empirical claims reproduced | commit |",
-             "|---|---:|---:|---:|---|"]
-    claim_rows = ["| chapter | claim | kind | statement | theory | simulation | status |",
-                  "|---|---|---|---|---|---|---|"]
+    """Tables of every chapter's runtime, claims (by kind) and environment."""
+    from lib.pipeline.seeds import stored_summary
+
+    lines = ["| chapter | runtime (s) | theorems from the paper held | reconstructed theorems held "
+             "| checks held | empirical reproduced | commit |",
+             "|---|---:|---:|---:|---:|---:|---|"]
+    sections = []
     envs = set()
     for ch in book.chapters():
         doc = stored(book.run_dir(profile, ch)) or {}
         prov = doc.get("provenance", {})
         claims = doc.get("claims", [])
-        thm = [c for c in claims if c.get("kind") == "theorem"]
-        emp = [c for c in claims if c.get("kind") == "empirical"]
         link = f"[{ch.slug}](chapters/{ch.slug}.ipynb)"
         if not doc:
-            lines.append(f"| {link} | not run | | | |")
+            lines.append(f"| {link} | not run | | | | | |")
             continue
-        lines.append(f"| {link} | {prov.get('runtime_s', 0):.1f} | "
-                     f"{sum(c.get('holds') is True for c in thm)}/{len(thm)} | "
-                     f"{sum(c.get('holds') is True for c in emp)}/{len(emp)} | "
-                     f"`{prov.get('git', '?')}` |")
-        for c in claims:
-            claim_rows.append(f"| {ch.number} | `{c['id']}` | {c['kind']} | {_cell(c['statement'])} | "
-                              f"{_cell(c.get('theory'))} | {_cell(c.get('simulation'))} | {_status(c)} |")
+        thm = [c for c in claims if c.get("kind") == "theorem"]
+        paper = [c for c in thm if c.get("source") != "reconstruction"]
+        recon = [c for c in thm if c.get("source") == "reconstruction"]
+        checks = [c for c in claims if c.get("kind") == "check"]
+        emp = [c for c in claims if c.get("kind") == "empirical"]
+        lines.append(f"| {link} | {prov.get('runtime_s', 0):.1f} | {_count(paper)} | {_count(recon)} | "
+                     f"{_count(checks)} | {_count(emp)} | `{prov.get('git', '?')}` |")
+        seeds = stored_summary(book, profile, ch)
+        rows = "".join(_claim_row(c, seeds) for c in claims)
+        head = "".join(f"<th>{h}</th>" for h in ("verdict", "claim", "kind", "statement (click for the numbers)",
+                                                   "rejects its alternative", "over seeds"))
+        sections += [f"### {ch.number} · {ch.slug.split('-', 1)[1].replace('-', ' ')}", "",
+                     f'<table class="status-claims"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>',
+                     ""]
         envs.add((prov.get("python"), prov.get("torch"), prov.get("numpy"), prov.get("threads")))
     env_rows = ["| Python | torch | numpy | threads |", "|---|---|---|---|"]
     env_rows += [f"| {_cell(p)} | {_cell(t)} | {_cell(n)} | {_cell(th)} |" for p, t, n, th in sorted(
         envs, key=str)]
     return "\n".join([f"Profile: `{profile}`.", "", "## Chapters", "", *lines, "", "## Claims", "",
-                      *claim_rows, "", "## Environment", "", *env_rows, ""])
+                      *sections, "## Environment", "", *env_rows, ""])
 
 
 def stage(book: Book, profile: str) -> Path:

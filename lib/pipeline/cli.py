@@ -5,11 +5,13 @@
                   [--force] [--jobs N] [--scheduler ADDRESS]
     companion build [--profile P] [--jobs N]
     companion status [--profile P]
+    companion seeds CH... [--seeds 0-9|3,17,42] [--profile P] [--jobs N] [--scheduler ADDRESS]
     companion bench swr [...]
     companion strip [NOTEBOOK...]
 
 Exit codes of ``run`` and ``build``: 0 every theorem claim held, 1 a notebook failed,
-2 a theorem claim did not hold, 64 bad usage.
+2 a theorem or check claim did not hold, 64 bad usage. ``seeds``: 0 every theorem and check
+claim held on every seed, 2 otherwise (or a run failed), 64 bad usage.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ import json
 import sys
 from pathlib import Path
 
-from lib.chapters import PROFILES, Book, UsageError
-from lib.runner import CLAIM_FAILED, EXEC_FAILED, OK, USAGE, RunResult, is_fresh, resolve, run_many
+from lib.pipeline.chapters import PROFILES, Book, UsageError
+from lib.pipeline.runner import CLAIM_FAILED, EXEC_FAILED, OK, USAGE, RunResult, is_fresh, resolve, run_many
 
 
 class _Parser(argparse.ArgumentParser):
@@ -50,6 +52,14 @@ def _parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="per chapter: cached?, claims held, runtime")
     status.add_argument("--profile", default="default", choices=PROFILES)
 
+    seeds = sub.add_parser("seeds", help="run chapters over many seeds; how often each claim holds")
+    seeds.add_argument("chapters", nargs="+", metavar="CH", help="number (1, 01) or slug; 'all'")
+    seeds.add_argument("--seeds", default="0-9", help="a range 0-9, a list 3,17,42, or both (0-4,17)")
+    seeds.add_argument("--profile", default="default", choices=PROFILES)
+    seeds.add_argument("--jobs", type=int, default=1, help="runs in parallel (cores are split)")
+    seeds.add_argument("--scheduler", help="Dask scheduler address for the chapters' sweeps")
+    seeds.add_argument("--force", action="store_true", help="run even if cached")
+
     bench = sub.add_parser("bench", help="kernel benchmarks")
     bench.add_argument("what", choices=["swr"])
     bench.add_argument("args", nargs=argparse.REMAINDER)
@@ -76,7 +86,7 @@ def _report(r: RunResult) -> None:
     if r.status == "failed":
         print(r.message, file=sys.stderr, flush=True)
     for c in r.failed_claims:
-        print(f"  theorem claim '{c['id']}' does not hold: {c['statement']} "
+        print(f"  {c['kind']} claim '{c['id']}' does not hold: {c['statement']} "
               f"(theory {c['theory']}, simulation {c['simulation']}, {c['tolerance']})",
               file=sys.stderr, flush=True)
 
@@ -117,7 +127,7 @@ def cmd_status(book: Book, args) -> int:
 
 
 def cmd_build(book: Book, args) -> int:
-    from lib.book import build_html
+    from lib.pipeline.book import build_html
 
     results = run_many(book, book.chapters(), args.profile, {}, None, args.force, args.jobs,
                        None, _report)
@@ -127,6 +137,27 @@ def cmd_build(book: Book, args) -> int:
         return code
     ok = build_html(book, args.profile)
     return code if ok else EXEC_FAILED
+
+
+def cmd_seeds(book: Book, args) -> int:
+    from lib.pipeline.seeds import all_held, parse_seeds, run_seeds
+
+    seeds = parse_seeds(args.seeds)
+    chapters = _select(book, args.chapters)
+    results = run_seeds(book, chapters, seeds, args.profile, args.jobs, args.scheduler,
+                        lambda r: print(f"  {r.chapter.slug} {r.out_dir.name}: {r.status}", flush=True),
+                        args.force)
+    ok = True
+    for summary, executed in results:
+        print(f"{summary['chapter']} [{summary['profile']}] over {len(seeds)} seeds:")
+        if not executed:
+            print("  some runs failed to execute (see above)")
+        for c in summary["claims"]:
+            extra = f"  failed on seeds {c['failed_seeds']}" if c["failed_seeds"] else ""
+            extra += f"  not run on {c['not_run']}" if c["not_run"] else ""
+            print(f"  {c['kind']:<9} {c['id']:<40} held {c['held']}/{len(seeds)}{extra}")
+        ok &= all_held(summary, executed)
+    return OK if ok else CLAIM_FAILED
 
 
 def cmd_bench(book: Book, args) -> int:
@@ -151,7 +182,7 @@ def cmd_strip(book: Book, args) -> int:
 
 
 COMMANDS = {"list": cmd_list, "run": cmd_run, "status": cmd_status, "build": cmd_build,
-            "bench": cmd_bench, "strip": cmd_strip}
+            "seeds": cmd_seeds, "bench": cmd_bench, "strip": cmd_strip}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,94 @@
+"""`companion seeds`: how often each claim holds over many seeds.
+
+Each (chapter, seed) is an ordinary cached run under ``_build/seeds/<profile>/<slug>/seed-<s>/``;
+the per-claim tally is written to ``_build/seeds/<profile>/<slug>/summary.json``::
+
+    {"chapter": slug, "profile": profile, "seeds": [0, 1, ...],
+     "claims": [{"id", "kind", "held", "failed", "not_run", "failed_seeds"}]}
+
+``not_run`` counts the seeds whose run failed to execute or did not record the claim.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from lib.claims import MUST_HOLD
+from lib.pipeline.chapters import Book, ChapterSource, UsageError
+from lib.pipeline.runner import RunResult, run_tasks
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``0-9``, ``3,17,42`` or both mixed (``0-4,17``) → sorted distinct non-negative seeds."""
+    seeds: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            if "-" in part:
+                lo, hi = (int(x) for x in part.split("-", 1))
+                if lo > hi:
+                    raise ValueError
+                seeds.update(range(lo, hi + 1))
+            else:
+                seeds.add(int(part))
+        except ValueError:
+            raise UsageError(f"--seeds: expected a range like 0-9 or a list like 3,17,42, got {text!r}") from None
+    if not seeds or min(seeds) < 0:
+        raise UsageError(f"--seeds: seeds are non-negative integers, got {text!r}")
+    return sorted(seeds)
+
+
+def seeds_dir(book: Book, profile: str, chapter: ChapterSource) -> Path:
+    return book.build_dir / "seeds" / profile / chapter.slug
+
+
+def summarise(chapter: str, profile: str, seeds: list[int], results: dict[int, RunResult | dict]) -> dict:
+    """The per-claim tally over seeds; ``results`` maps each seed to its results.json document
+    (empty when the run failed)."""
+    order: list[str] = []
+    kinds: dict[str, str] = {}
+    outcome: dict[str, dict[int, bool | None]] = {}
+    for seed in seeds:
+        for c in results.get(seed, {}).get("claims", []):
+            if c["id"] not in kinds:
+                order.append(c["id"])
+                kinds[c["id"]] = c["kind"]
+            outcome.setdefault(c["id"], {})[seed] = c.get("holds")
+    claims = []
+    for cid in order:
+        got = outcome[cid]
+        failed = [s for s in seeds if got.get(s) is False]
+        claims.append({"id": cid, "kind": kinds[cid], "held": sum(got.get(s) is True for s in seeds),
+                       "failed": len(failed), "not_run": sum(got.get(s) is None for s in seeds),
+                       "failed_seeds": failed})
+    return {"chapter": chapter, "profile": profile, "seeds": seeds, "claims": claims}
+
+
+def all_held(summary: dict, executed: bool = True) -> bool:
+    """Every theorem and check claim held on every seed (and every seed ran)."""
+    return executed and all(c["failed"] == 0 and c["not_run"] == 0
+                            for c in summary["claims"] if c["kind"] in MUST_HOLD)
+
+
+def run_seeds(book: Book, chapters: list[ChapterSource], seeds: list[int], profile: str, jobs: int,
+              scheduler: str | None, report, force: bool = False) -> list[tuple[dict, bool]]:
+    """Run every (chapter, seed) and write each chapter's summary.json; returns, per chapter,
+    the summary and whether every seed executed."""
+    tasks = [(ch, {"seed": str(s)}, seeds_dir(book, profile, ch) / f"seed-{s}")
+             for ch in chapters for s in seeds]
+    runs = run_tasks(book, tasks, profile, force, jobs, scheduler, report)
+    out = []
+    for ch in chapters:
+        mine = {int(r.out_dir.name.removeprefix("seed-")): r for r in runs if r.chapter.slug == ch.slug}
+        summary = summarise(ch.slug, profile, seeds, {s: r.results for s, r in mine.items()})
+        path = seeds_dir(book, profile, ch) / "summary.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(summary, indent=1))
+        out.append((summary, all(r.status != "failed" for r in mine.values())))
+    return out
+
+
+def stored_summary(book: Book, profile: str, chapter: ChapterSource) -> dict | None:
+    path = seeds_dir(book, profile, chapter) / "summary.json"
+    return json.loads(path.read_text()) if path.exists() else None
