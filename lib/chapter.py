@@ -3,7 +3,7 @@
     ch = Chapter("01-induction-head", globals())   # first cell after `parameters`
     ...
     ch.claims.close(...)                             # record checks
-    ch.savefig(fig, "ood-heatmap")                   # figures/ood-heatmap.png under out_dir
+    ch.figure(fig, "ood-heatmap")                    # figures/ood-heatmap.{png,svg}; glued as fig-ood-heatmap
     ch.claims.table()                                # show the claims table
     ch.save(metrics={...})                           # results.json
     ch.provenance()                                  # commit, environment, parameters, runtime
@@ -70,8 +70,28 @@ class Chapter:
 
         return np.random.default_rng([self.seed, *stream])
 
-    def savefig(self, fig, name: str) -> Path:
-        return plotting.save(fig, self.out_dir, name)
+    def savefig(self, fig, name: str) -> None:
+        """Save ``fig`` under ``out_dir/figures/`` (PNG and SVG); the cell still shows it inline."""
+        plotting.save(fig, self.out_dir, name)
+
+    def figure(self, fig, name: str) -> None:
+        """Save ``fig`` (PNG and SVG) and glue it as ``fig-<name>`` for a captioned, numbered
+        figure in the text; the code cell itself shows nothing. In the markdown::
+
+            ```{glue:figure} fig-<name>
+            :name: fig-<name>
+            :alt: What the figure shows, in words.
+
+            The caption.
+            ```
+
+        and cite it with ``{numref}`fig-<name>```."""
+        import matplotlib.pyplot as plt
+        from myst_nb import glue
+
+        plotting.save(fig, self.out_dir, name)
+        glue(f"fig-{name}", fig, display=False)
+        plt.close(fig)
 
     def save(self, metrics: dict | None = None) -> Path:
         """Write results.json: chapter, profile, parameters, claims, metrics."""

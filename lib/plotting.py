@@ -98,8 +98,38 @@ def label(ax, xlabel: str, ylabel: str, title: str | None = None, legend: bool =
 
 
 def save(fig, out_dir: str | os.PathLike, name: str) -> Path:
-    """Save ``fig`` as ``out_dir/figures/name.png`` (the notebook also shows it inline)."""
+    """Save ``fig`` as ``out_dir/figures/name.png`` and, for print, ``name.svg`` beside it."""
     path = Path(out_dir) / "figures" / f"{name}.png"
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
+    fig.savefig(path.with_suffix(".svg"), metadata={"Date": None})  # no date: same run, same bytes
     return path
+
+
+# -- intervals that respect the quantity --------------------------------------------------------
+def wilson(successes, trials, level: float = 0.95):
+    """Wilson score interval ``(low, high)`` for a proportion: stays inside [0, 1]."""
+    k, n = np.asarray(successes, dtype=float), np.asarray(trials, dtype=float)
+    z = stats.norm.ppf(0.5 + level / 2)
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return centre - half, centre + half
+
+
+def geometric_ci(samples, axis: int = -1, level: float = 0.95):
+    """Geometric mean and Student-t interval of ``log samples`` mapped back: ``(centre, low, high)``,
+    all positive, for quantities drawn on log axes."""
+    logs = np.log(np.asarray(samples, dtype=float))
+    centre, half = mean_ci(logs, axis=axis, level=level)
+    return np.exp(centre), np.exp(centre - half), np.exp(centre + half)
+
+
+def interval_errorbar(ax, x, centre, low, high, label: str | None = None, index: int = 0, **kw):
+    """Points with asymmetric intervals ``[low, high]`` (from :func:`wilson`, :func:`geometric_ci`
+    or a bootstrap), in the simulation style."""
+    centre = np.asarray(centre, dtype=float)
+    yerr = np.vstack([centre - np.asarray(low, dtype=float), np.asarray(high, dtype=float) - centre])
+    return ax.errorbar(x, centre, yerr=yerr, label=label, color=kw.pop("color", PALETTE[index % len(PALETTE)]),
+                       marker=kw.pop("marker", MARKERS[index % len(MARKERS)]), linestyle="none",
+                       markersize=5, capsize=2.5, elinewidth=1.0, zorder=4, **kw)
