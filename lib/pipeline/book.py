@@ -18,6 +18,7 @@ from pathlib import Path
 
 from lib.claims import badge, discrimination_text, format_value
 from lib.pipeline.chapters import Book
+from lib.pipeline.jb_guard import STAGE_MARKER
 from lib.pipeline.runner import stored
 
 STATUS_MARKER = "<!-- status-table -->"
@@ -117,6 +118,7 @@ def stage(book: Book, profile: str) -> Path:
         if not executed.exists():
             raise FileNotFoundError(f"{ch.slug} has no executed notebook for profile {profile}")
         shutil.copyfile(executed, dest / "book" / "chapters" / f"{ch.slug}.ipynb")
+    (dest / STAGE_MARKER).write_text("staged by companion build\n")
     status = dest / "book" / "status.md"
     status.write_text(status.read_text().replace(STATUS_MARKER, status_markdown(book, profile)))
     return dest
@@ -129,6 +131,13 @@ def _tree_digest(root: Path) -> str:
     return h.hexdigest()
 
 
+def jupyter_book_command(src: Path, path_output: Path) -> list[str]:
+    """Jupyter Book on staged sources, warnings as errors: a glue key that a chapter no longer
+    writes, a broken reference or a missing figure fails the build instead of leaving a hole."""
+    return [str(Path(sys.executable).parent / "jupyter-book"), "build", str(src), "--path-output",
+            str(path_output), "--warningiserror", "--keep-going", "--quiet"]
+
+
 def build_html(book: Book, profile: str = "default") -> bool:
     """Stage and build; True when Jupyter Book finished without warnings. When the staged
     sources are identical to those of the last successful build, the HTML is left as it is."""
@@ -138,8 +147,7 @@ def build_html(book: Book, profile: str = "default") -> bool:
     if stamp.exists() and stamp.read_text() == digest:
         print(f"book up to date (sources unchanged since the last build): {book.build_dir / 'html' / 'index.html'}")
         return True
-    cmd = [str(Path(sys.executable).parent / "jupyter-book"), "build", str(src), "--path-output",
-           str(book.root), "--warningiserror", "--keep-going", "--quiet"]
+    cmd = jupyter_book_command(src, book.root)
     print("building the book:", " ".join(cmd[1:3]), "→", book.build_dir / "html", flush=True)
     proc = subprocess.run(cmd, cwd=book.root)
     if proc.returncode != 0:
