@@ -122,38 +122,42 @@ def _rank_threshold(s: np.ndarray, i: int, ell: int) -> np.ndarray:
     return s[..., :1] * max(i, ell - i) * np.finfo(np.float64).eps
 
 
+def _per_position(svals: list[np.ndarray], count) -> np.ndarray:
+    """Apply ``count(s, threshold)`` to every position's singular values ``s`` (shape
+    ``(..., m)``), with ``threshold`` NumPy's numerical-rank threshold for that block; returns
+    ``(..., ℓ)`` with 0 at positions whose block is empty."""
+    ell = len(svals)
+    ess = np.zeros(svals[0].shape[:-1] + (ell,))
+    for i, s in enumerate(svals):
+        if s.shape[-1]:
+            ess[..., i] = count(s, _rank_threshold(s, i, ell))
+    return ess
+
+
 def tolerance_ess(svals: list[np.ndarray], tau: float | None = None) -> np.ndarray:
     """``#{σ_m > τ σ_1}`` per position, shape ``(..., ℓ)``. ``tau=None``: NumPy's numerical
     rank threshold ``σ_1 · max(ℓ−i, i) · eps`` (the rank of the exact operator up to rounding)."""
-    ell = len(svals)
-    batch = svals[0].shape[:-1]
-    ess = np.zeros(batch + (ell,))
-    for i, s in enumerate(svals):
-        if s.shape[-1] == 0:
-            continue
+    def count(s, rank_thr):
         smax = s[..., :1]
-        thr = _rank_threshold(s, i, ell) if tau is None else smax * tau
-        ess[..., i] = np.sum((s > thr) & (smax > 0), axis=-1)
-    return ess
+        thr = rank_thr if tau is None else smax * tau
+        return np.sum((s > thr) & (smax > 0), axis=-1)
+
+    return _per_position(svals, count)
 
 
 def entropy_ess(svals: list[np.ndarray]) -> np.ndarray:
     """``exp(H(p))`` with ``p = σ / Σσ`` per position, shape ``(..., ℓ)`` (0 where H_i = 0);
     rounding-level singular values (as in ``tolerance_ess(·, None)``) are set to zero first."""
-    ell = len(svals)
-    batch = svals[0].shape[:-1]
-    ess = np.zeros(batch + (ell,))
-    for i, s in enumerate(svals):
-        if s.shape[-1] == 0:
-            continue
+    def count(s, rank_thr):
         # singular values at rounding level (below the numerical-rank threshold) are zeros of
         # the exact operator: drop them, so entropy-ESS ≤ numerical rank holds exactly
-        s = np.where(s > _rank_threshold(s, i, ell), s, 0.0)
+        s = np.where(s > rank_thr, s, 0.0)
         total = s.sum(axis=-1, keepdims=True)
         p = np.divide(s, total, out=np.zeros_like(s), where=total > 0)
         plogp = np.where(p > 0, p * np.log(np.where(p > 0, p, 1.0)), 0.0)
-        ess[..., i] = np.where(total[..., 0] > 0, np.exp(-plogp.sum(axis=-1)), 0.0)
-    return ess
+        return np.where(total[..., 0] > 0, np.exp(-plogp.sum(axis=-1)), 0.0)
+
+    return _per_position(svals, count)
 
 
 def ess_profile(svals: list[np.ndarray], taus=(None, 1e-6, 1e-3, 1e-2)) -> dict[str, np.ndarray]:
