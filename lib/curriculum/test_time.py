@@ -1,0 +1,128 @@
+"""Test-time scaling: best-of-n with the terminal oracle against layer-wise accept/reject (LTAR)
+with the family oracle, run literally and in exact expectation."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lib.curriculum.tree import ReasoningTree
+
+
+def rejection_cost(c: float, q: float, m: int) -> dict:
+    """Exact expectations for a rejection sampler whose candidates are right with probability
+    ``c``, verified by up to ``m`` oracle calls on fresh inputs (a wrong candidate passes each
+    with probability ``q``), stopping at the first candidate that passes all ``m``:
+
+        P(accept) per candidate = c + (1−c)q^m,  E[candidates] = 1 / P(accept),
+        E[calls] = (c·m + (1−c)(1−q^m)/(1−q)) · E[candidates]           (Wald),
+        P(the accepted candidate is right) = c / P(accept)."""
+    p_acc = c + (1 - c) * q**m
+    per_wrong = (1 - q**m) / (1 - q) if q < 1 else m
+    cands = 1 / p_acc
+    return {"candidates": cands, "calls": (c * m + (1 - c) * per_wrong) * cands,
+            "success": c / p_acc}
+
+
+def verification_length(c: float, q: float, delta: float, stages: int = 1) -> int:
+    """The fewest verification calls ``m`` per candidate for which all ``stages`` rejection
+    samplers (each with right-candidate probability ``c``) succeed with probability ≥ 1 − δ."""
+    for m in range(1, 10_000):
+        if rejection_cost(c, q, m)["success"] ** stages >= 1 - delta:
+            return m
+    raise ValueError("no verification length reaches the requested confidence")
+
+
+def test_time_theory(tree: ReasoningTree, delta: float = 0.01) -> dict:
+    """Expected oracle calls and generated steps to return a chain, for best-of-n with the
+    terminal oracle (candidates: whole chains from the base, right w.p. 1/d^k) and for LTAR
+    (depth by depth; candidates: one child, right w.p. 1/d, family oracle).  Needs a tree whose
+    correct prefixes are unique (blocked parity, the mod-p chain): then a falsely committed
+    prefix has no right child, and LTAR keeps drawing until a false acceptance (right w.p. 0),
+    a rare but costly event that the expectation includes:
+
+        E[LTAR] = Σ_{ℓ=1..k} [s^{ℓ−1}·cost(1/d) + (1 − s^{ℓ−1})·cost(0)],
+        s = P(a depth commits the right child)."""
+    if tree.n_correct_paths() != 1:
+        raise ValueError("test_time_theory needs a tree with a unique correct path")
+    c_full = 1 / tree.d**tree.k
+    m_b = verification_length(c_full, tree.q, delta)
+    best = rejection_cost(c_full, tree.q, m_b)
+    m_l = verification_length(1 / tree.d, tree.q, delta, stages=tree.k)
+    right, stuck = rejection_cost(1 / tree.d, tree.q, m_l), rejection_cost(0.0, tree.q, m_l)
+    s = right["success"]
+    reach = s ** np.arange(tree.k)  # P(prefix right when depth ℓ starts)
+    calls = float(np.sum(reach * right["calls"] + (1 - reach) * stuck["calls"]))
+    steps = float(np.sum(reach * right["candidates"] + (1 - reach) * stuck["candidates"]))
+    return {"best_of_n": {"m": m_b, "calls": best["calls"], "steps": tree.k * best["candidates"],
+                          "success": best["success"]},
+            "ltar": {"m": m_l, "calls": calls, "steps": steps, "success": s**tree.k}}
+
+
+def _verify(tree, rng, cand, L, m):
+    """Run up to ``m`` oracle calls, each on a fresh input, for candidates ``(R, B, L)``, one
+    call at a time for the candidates still passing: returns the calls each candidate used and
+    whether it passed them all."""
+    flat = cand.reshape(-1, L)
+    calls = np.zeros(len(flat), dtype=np.int64)
+    alive = np.arange(len(flat))
+    for _ in range(m):
+        x = tree.sample_inputs(rng, (alive.size,))
+        r = tree.terminal_reward(x, flat[alive])
+        calls[alive] += 1
+        alive = alive[r > 0]
+    passed = np.zeros(len(flat), dtype=bool)
+    passed[alive] = True
+    return calls.reshape(cand.shape[:2]), passed.reshape(cand.shape[:2])
+
+
+def _rejection_run(tree, rng, repeats, propose, L, m, block):
+    """Propose candidates in blocks until each repeat accepts one; returns (accepted, calls,
+    candidates) per repeat.  ``propose(n_active, block)`` gives ``(n_active, block, L)``."""
+    accepted = np.zeros((repeats, L), dtype=np.int64)
+    calls = np.zeros(repeats)
+    cands = np.zeros(repeats)
+    active = np.arange(repeats)
+    while active.size:
+        cand = propose(active, block)
+        used, passed = _verify(tree, rng, cand, L, m)
+        first = np.where(passed.any(axis=1), passed.argmax(axis=1), block)  # index of accept
+        upto = np.arange(block)[None, :] <= first[:, None]
+        calls[active] += (used * upto).sum(axis=1)
+        cands[active] += np.minimum(first + 1, block)
+        done = first < block
+        accepted[active[done]] = cand[done, first[done]]
+        active = active[~done]
+    return accepted, calls, cands
+
+
+def best_of_n(tree: ReasoningTree, m: int, repeats: int, rng: np.random.Generator,
+              block: int = 256) -> dict:
+    """Best-of-n with the terminal oracle, run literally: draw whole chains from the uniform
+    base; verify each with up to ``m`` oracle calls on fresh inputs; return the first that
+    passes all.  Per repeat: oracle calls, generated steps, and whether the chain is right."""
+    def propose(active, b):
+        return rng.integers(0, tree.d, size=(active.size, b, tree.k))
+
+    path, calls, cands = _rejection_run(tree, rng, repeats, propose, tree.k, m, block)
+    return {"calls": calls, "steps": tree.k * cands, "right": tree.is_correct(path)}
+
+
+def ltar(tree: ReasoningTree, m: int, repeats: int, rng: np.random.Generator,
+         block: int = 64) -> dict:
+    """Layer-wise accept/reject with the family oracle, run literally: at depth ℓ keep the
+    committed prefix, draw children from the uniform base, verify the depth-ℓ prefix with up
+    to ``m`` family-oracle calls each, commit the first that passes, go one level deeper."""
+    prefix = np.zeros((repeats, 0), dtype=np.int64)
+    calls = np.zeros(repeats)
+    steps = np.zeros(repeats)
+    for ell in range(1, tree.k + 1):
+        def propose(active, b, prefix=prefix, ell=ell):
+            child = rng.integers(0, tree.d, size=(active.size, b, 1))
+            return np.concatenate([np.broadcast_to(prefix[active][:, None, :],
+                                                   (active.size, b, ell - 1)), child], axis=-1)
+
+        path, c, n = _rejection_run(tree, rng, repeats, propose, ell, m, block)
+        prefix = path
+        calls += c
+        steps += n
+    return {"calls": calls, "steps": steps, "right": tree.is_correct(prefix)}

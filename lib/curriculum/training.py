@@ -1,0 +1,119 @@
+"""Iterative REINFORCE training of the direct route and the two curricula (intuition only: counts
+depend on batch size and step size), with the exact reward-hacking share."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lib.curriculum.policy import greedy, reinforce_gradient, sample_paths
+from lib.curriculum.tree import ReasoningTree, correct_paths
+from lib.stats import softmax
+
+
+def test_accuracy(tree: ReasoningTree, logits: np.ndarray, x_test: np.ndarray) -> np.ndarray:
+    """Accuracy of each greedy chain on a fixed test set of inputs: ``logits (..., k, d)``."""
+    path, _ = greedy(logits)
+    batch = path.shape[:-1]
+    z = tree.prefix_answers(x_test[None], path.reshape(-1, 1, tree.k))[..., -1]  # (B, n_test)
+    z_star = tree.prefix_answers(x_test[None], tree.target_paths((1, 1)))[..., -1]
+    return (z == z_star).mean(axis=-1).reshape(batch)
+
+
+def train(tree: ReasoningTree, route: str, *, seeds: int, budget: int, batch: int, lr: float,
+          rng: np.random.Generator, n_test: int = 8192, evals: int = 60, baseline: bool = True,
+          advance_at: float = 0.95, ema: float = 0.9) -> dict:
+    """REINFORCE from uniform logits for ``seeds`` independent runs (vectorised), ``budget``
+    rollouts each, batches of ``batch``.  Curricula advance a run to its next stage when an
+    exponential moving average of its batch reward reaches ``advance_at``; the last stage is
+    the full task.  Records, at ``evals`` log-spaced points: greedy test accuracy on ``n_test``
+    inputs, the stage, and the fraction of rewarded rollouts whose judged path is wrong
+    ("right answer, wrong path") with its exact expectation under the policies of the same
+    window (``hacked_theory``)."""
+    k, d = tree.k, tree.d
+    theta = np.zeros((seeds, k, d))
+    stage = np.ones(seeds, dtype=np.int64) if route != "direct" else np.full(seeds, k)
+    avg = np.zeros(seeds)
+    x_test = tree.sample_inputs(rng, (n_test,))
+    steps = budget // batch
+    marks = np.unique(np.geomspace(1, steps, evals).astype(int))
+    rec = {"samples": [], "accuracy": [], "stage": [], "hacked": [], "hacked_theory": [],
+           "reward": []}
+    target = np.asarray(tree.target)
+    hacked_acc, rewarded_acc = np.zeros(seeds), np.zeros(seeds)
+    hacked_exp, rewarded_exp = np.zeros(seeds), np.zeros(seeds)  # exact expectations
+    for t in range(1, steps + 1):
+        c = np.array([judged_correct_probability(tree, theta[s], route, stage[s])
+                      for s in range(seeds)])
+        hacked_exp += (1 - c) * tree.q
+        rewarded_exp += c + (1 - c) * tree.q
+        paths = sample_paths(theta, batch, rng)  # (S, B, k)
+        depth_idx = np.arange(k)
+        if route == "hint":
+            hinted = depth_idx[None, :] < (k - stage)[:, None]  # (S, k)
+            paths = np.where(hinted[:, None, :], target, paths)
+            trained = (~hinted).astype(float)
+            length = np.full(seeds, k)
+        elif route == "depth":
+            trained = (depth_idx[None, :] < stage[:, None]).astype(float)
+            length = stage
+        else:
+            trained = np.ones((seeds, k))
+            length = np.full(seeds, k)
+        x = tree.sample_inputs(rng, (seeds, batch))
+        r = np.empty((seeds, batch))
+        right = np.empty((seeds, batch), dtype=bool)
+        for L in np.unique(length):
+            sel = length == L
+            r[sel] = tree.terminal_reward(x[sel], paths[sel][..., :L])
+            right[sel] = tree.is_correct(paths[sel][..., :L])
+        theta += lr * reinforce_gradient(theta, paths, r, trained, baseline)
+        avg = ema * avg + (1 - ema) * r.mean(axis=-1)
+        if route != "direct":
+            up = (avg >= advance_at) & (stage < k)
+            stage[up] += 1
+            avg[up] = 0.0
+        hacked_acc += ((r > 0) & ~right).sum(axis=-1)
+        rewarded_acc += (r > 0).sum(axis=-1)
+        if t in marks:
+            rec["samples"].append(t * batch)
+            rec["accuracy"].append(test_accuracy(tree, theta, x_test))
+            rec["stage"].append(stage.copy())
+            rec["hacked"].append(hacked_acc / np.maximum(rewarded_acc, 1))
+            rec["hacked_theory"].append(hacked_exp / rewarded_exp)
+            rec["reward"].append(avg.copy())
+            for acc in (hacked_acc, rewarded_acc, hacked_exp, rewarded_exp):
+                acc[:] = 0
+    return {k_: np.asarray(v) for k_, v in rec.items()} | {"route": route}
+
+
+def samples_to_solve(run: dict, level: float = 0.99) -> np.ndarray:
+    """Per seed, the first recorded sample count at which test accuracy reaches ``level``
+    (inf if never)."""
+    acc = run["accuracy"]  # (T, S)
+    hit = acc >= level
+    first = np.where(hit.any(axis=0), hit.argmax(axis=0), -1)
+    return np.where(first >= 0, run["samples"][np.maximum(first, 0)], np.inf)
+
+
+def judged_correct_probability(tree: ReasoningTree, logits: np.ndarray, route: str,
+                               stage: int) -> float:
+    """The policy's probability that the rollout the oracle judges is correct, exactly: the
+    prefix of length ``stage`` (depth curriculum), the chain with the first ``k − stage`` steps
+    hinted (hint curriculum) or the whole chain (direct)."""
+    probs = softmax(logits)
+    k = tree.k
+    if route == "depth":
+        good = correct_paths(tree, stage)
+        free = np.arange(stage)
+    else:
+        good = correct_paths(tree, k)
+        given = k - stage if route == "hint" else 0
+        good = good[np.all(good[:, :given] == np.asarray(tree.target[:given]), axis=1)]
+        free = np.arange(given, k)
+    return float(np.prod(probs[free[None, :], good[:, free]], axis=1).sum())
+
+
+def hacking_fraction(c: float, q: float) -> float:
+    """Share of rewarded rollouts whose judged path is wrong ("right answer, wrong path") when
+    a rollout is correct with probability ``c``: ``(1−c)q / (c + (1−c)q)``."""
+    return (1 - c) * q / (c + (1 - c) * q)
