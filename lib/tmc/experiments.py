@@ -1,0 +1,104 @@
+"""Chapter 05's experiments as functions of plain arguments (so :func:`lib.sweep.sweep` can farm
+them out): seeded post-training runs summarised exactly, squeezing on random trees, and the tree
+drawing."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from lib.tmc.methods import post_train
+from lib.tmc.policy import softmax
+from lib.tmc.tree import (HARD, INVALID, TMC, Matrices, Setting, coverage, pass_at_k, path_entropy,
+                          path_probs, random_tmc)
+
+
+def trajectory(setting: Setting, history: list[Matrices], other: Setting | None = None,
+               ks=(30,)) -> dict:
+    """Exact summaries along a run: path entropy and easy/hard/invalid mass on the trained
+    task; pass@K (all and hard instances) at the end; and, for ``other`` (a second task that
+    shares the states), its coverage and pass@K at the end."""
+    pis = [path_probs(softmax(z), setting.paths) for z in history]
+    final = pis[-1]
+    out = {"entropy": np.array([path_entropy(p) for p in pis]),
+           "coverage": np.array([coverage(p, setting.classes) for p in pis]),
+           "pass": pass_at_k(final, setting.rex, ks),
+           "pass_hard": pass_at_k(final, setting.rex, ks, setting.classes, only_hard=True)}
+    if other is not None:
+        pi2 = path_probs(softmax(history[-1]), other.paths)
+        out["other_coverage"] = coverage(pi2, other.classes)
+        out["other_pass"] = pass_at_k(pi2, other.rex, ks)
+    return out
+
+
+def train_run(method: str, seed: int, setting: Setting, steps: int, lr: float,
+              record_every: int, root: int = 0, other: Setting | None = None, ks=(30,),
+              **hyper) -> dict:
+    """One seeded post-training run summarised by :func:`trajectory`, plus its final logits
+    (a function of plain arguments, so :func:`lib.sweep.sweep` can farm it out)."""
+    history = post_train(setting, method, steps, lr, np.random.default_rng([root, seed]),
+                         record_every, **hyper)
+    return {**trajectory(setting, history, other, ks), "logits": history[-1]}
+
+
+def tree_squeeze(shape: Sequence[int], seed: int, steps: int, lr: float, root: int = 0,
+                 methods: Sequence[str] = ("REINFORCE", "RL-rej", "KL-GRPO"), **hyper) -> dict:
+    """Squeezing on a random tree of ``shape = (L, M, C)`` (``M0 = M``), with the true chain as
+    the base model: for each method, the final/base ratios of TASK1's path entropy and
+    hard-chain mass, and of TASK2's valid mass (its chance of reaching its target at all).
+    Needs no enumeration of correct sets, so it runs on trees of any size."""
+    n_layers, m, c = shape
+    rng = np.random.default_rng([root, seed])
+    tree = random_tmc(n_layers, m, m, c, rng)
+    base = [np.log(p) for p in tree.probs]
+    s1, s2 = (Setting.of(tree, t, base) for t in tree.tasks)
+
+    def summary(logits):
+        trans = softmax(logits)
+        pi1, pi2 = path_probs(trans, s1.paths), path_probs(trans, s2.paths)
+        return (path_entropy(pi1), coverage(pi1, s1.classes)[HARD],
+                1 - coverage(pi2, s2.classes)[INVALID])
+
+    start = summary(base)
+    if start[1] == 0:
+        raise ValueError(f"shape {tuple(shape)} has no hard chains (every child is high): use C < M")
+    out = {"paths": len(s1.paths)}
+    for method in methods:
+        end = summary(post_train(s1, method, steps, lr, rng, steps, **hyper)[-1])
+        for name, a, b in zip(("entropy", "hard mass", "TASK2 valid mass"), end, start):
+            out[f"{method}: {name}"] = a / b
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Drawing
+# ---------------------------------------------------------------------------------------------
+def draw_tree(ax, tmc: TMC, trans: Matrices, title: str | None = None) -> None:
+    """The layered chain as a graph: node (layer, state), edge width ∝ its probability, high
+    edges solid and low edges dashed, each labelled with its probability; the shared node is
+    ringed."""
+    import networkx as nx
+
+    g = nx.DiGraph()
+    for l, t in enumerate(trans):
+        for s, s2 in np.ndindex(t.shape):
+            g.add_edge((l, s), (l + 1, s2), p=float(t[s, s2]), high=bool(tmc.high[l][s, s2]))
+    pos = {n: (n[0], -n[1]) for n in g.nodes}
+    node_color = ["#F0E442" if n == tmc.shared else "#DDDDDD" for n in g.nodes]
+    nx.draw_networkx_nodes(g, pos, ax=ax, node_color=node_color, node_size=520, edgecolors="black")
+    nx.draw_networkx_labels(g, pos, ax=ax, labels={n: f"{n[1]}" for n in g.nodes}, font_size=9)
+    for high, style in ((True, "solid"), (False, "dashed")):
+        edges = [(u, v) for u, v, d in g.edges(data=True) if d["high"] == high]
+        nx.draw_networkx_edges(g, pos, ax=ax, edgelist=edges, style=style, arrows=True,
+                               width=[0.4 + 5 * g.edges[e]["p"] for e in edges], node_size=520,
+                               edge_color="#0072B2" if high else "#D55E00")
+    nx.draw_networkx_edge_labels(g, pos, ax=ax, font_size=7, label_pos=0.3,
+                                 edge_labels={(u, v): f"{d['p']:.2f}" for u, v, d in g.edges(data=True)})
+    ax.set_xticks(range(tmc.n_layers), [f"layer {l}" for l in range(tmc.n_layers)])
+    ax.tick_params(left=False, labelleft=False, bottom=False, labelbottom=True)
+    ax.grid(False)
+    for side in ax.spines.values():
+        side.set_visible(False)
+    if title:
+        ax.set_title(title)
