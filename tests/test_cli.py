@@ -61,6 +61,9 @@ def test_list_shows_parameters_and_types(project):
     (["run", "42"], "no chapter '42'"),
     (["run", "99", "--profile", "huge"], "invalid choice"),
     (["frobnicate"], "invalid choice"),
+    (["seeds", "99", "--seeds", "9-3"], "--seeds"),
+    (["seeds", "99", "--seeds", "a,b"], "--seeds"),
+    (["seeds", "99", "-p", "n", "3"], "unrecognized arguments"),
 ])
 def test_bad_usage_is_one_line_exit_64_and_starts_nothing(project, args, needle):
     t0 = time.perf_counter()
@@ -175,3 +178,30 @@ def test_jobs_runs_chapters_in_parallel_processes(project):
         doc = json.loads((project / RUN_DIR / "quick" / slug / "results.json").read_text())
         assert doc["chapter"] == slug and doc["provenance"]["threads"] == 1
     assert not list((project / RUN_DIR / "quick").glob(".tmp-*"))
+
+
+def test_seeds_tallies_every_claim_over_seeds(project):
+    out = companion("seeds", "99", "--seeds", "0-2,7", "--profile", "quick", root=project)
+    assert out.returncode == 0, out.stdout + out.stderr
+    summary = json.loads((project / "_build" / "seeds" / "quick" / "99-fixture" / "summary.json").read_text())
+    assert summary["chapter"] == "99-fixture" and summary["profile"] == "quick"
+    assert summary["seeds"] == [0, 1, 2, 7]
+    assert summary["claims"] == [
+        {"id": "mean", "kind": "theorem", "held": 4, "failed": 0, "not_run": 0, "failed_seeds": []},
+        {"id": "n-positive", "kind": "check", "held": 4, "failed": 0, "not_run": 0, "failed_seeds": []}]
+    assert "held 4/4" in out.stdout
+    # each seed is an ordinary cached run with its own seed
+    seed7 = json.loads((project / "_build" / "seeds" / "quick" / "99-fixture" / "seed-7" / "results.json").read_text())
+    assert seed7["parameters"]["seed"] == 7
+    again = companion("seeds", "99", "--seeds", "0-2,7", "--profile", "quick", root=project)
+    assert again.stdout.count(": cached") == 4
+
+
+def test_seeds_exits_2_and_names_the_seed_a_claim_failed_on(project):
+    (project / "book" / "params" / "quick.yaml").write_text("99-fixture: {n: 4, fail_seed: 1}\n")
+    out = companion("seeds", "99", "--seeds", "0,1,2", "--profile", "quick", root=project)
+    assert out.returncode == 2
+    summary = json.loads((project / "_build" / "seeds" / "quick" / "99-fixture" / "summary.json").read_text())
+    mean = next(c for c in summary["claims"] if c["id"] == "mean")
+    assert (mean["held"], mean["failed"], mean["failed_seeds"]) == (2, 1, [1])
+    assert "failed on seeds [1]" in out.stdout
