@@ -34,6 +34,21 @@ def notebook_parameters(namespace: dict) -> dict:
             if not k.startswith("_") and k not in _IPYTHON_NAMES and isinstance(v, _LITERAL)}
 
 
+#: The folder of the chapter notebooks: a relative ``out_dir`` is relative to it, wherever the
+#: notebook is run from (Jupyter starts there; papermill starts wherever it is called).
+CHAPTER_DIR = Path(__file__).resolve().parents[1] / "book" / "chapters"
+
+
+def resolve_out_dir(out_dir: str | None, slug: str) -> Path:
+    """Where a chapter writes: an absolute ``out_dir`` as given, a relative one under the chapter
+    folder (the notebooks' default ``../../_build/runs/jupyter/<slug>`` is the repository's
+    ``_build``), and without one the repository's ``_build/runs/jupyter/<slug>``."""
+    if not out_dir:
+        return CHAPTER_DIR.parents[1] / "_build" / "runs" / "jupyter" / slug
+    path = Path(out_dir).expanduser()
+    return path if path.is_absolute() else (CHAPTER_DIR / path).resolve()
+
+
 class Chapter:
     def __init__(self, slug: str, namespace: dict):
         self.slug = slug
@@ -41,7 +56,7 @@ class Chapter:
         if "seed" not in self.parameters or not isinstance(self.parameters["seed"], int):
             raise ValueError("a chapter's parameters cell must define an integer `seed`")
         self.seed = self.parameters["seed"]
-        self.out_dir = Path(self.parameters.get("out_dir", f"_build/runs/jupyter/{slug}"))
+        self.out_dir = resolve_out_dir(self.parameters.get("out_dir"), slug)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.claims = Claims(slug)
         self.stopwatch = Stopwatch()

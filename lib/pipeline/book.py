@@ -10,9 +10,11 @@ warnings as errors, into ``_build/html``.
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 import subprocess
 import sys
+import zipfile
 from html import escape
 from pathlib import Path
 
@@ -114,14 +116,63 @@ def stage(book: Book, profile: str) -> Path:
                     ignore=shutil.ignore_patterns("params", "*.ipynb", ".ipynb_checkpoints"))
     (dest / "book" / "chapters").mkdir(exist_ok=True)
     for ch in book.chapters():
-        executed = book.run_dir(profile, ch) / f"{ch.slug}.ipynb"
+        run = book.run_dir(profile, ch)
+        executed = run / f"{ch.slug}.ipynb"
         if not executed.exists():
             raise FileNotFoundError(f"{ch.slug} has no executed notebook for profile {profile}")
-        shutil.copyfile(executed, dest / "book" / "chapters" / f"{ch.slug}.ipynb")
+        files = dest / "book" / "chapters" / "files" / ch.slug
+        files.mkdir(parents=True)
+        shutil.copyfile(run / "results.json", files / "results.json")
+        _zip_figures(run / "figures", files / "figures.zip")
+        nb = publishable(json.loads(executed.read_text()), ch.slug, stored(run) or {})
+        (dest / "book" / "chapters" / f"{ch.slug}.ipynb").write_text(json.dumps(nb, indent=1))
     (dest / STAGE_MARKER).write_text("staged by companion build\n")
     status = dest / "book" / "status.md"
     status.write_text(status.read_text().replace(STATUS_MARKER, status_markdown(book, profile)))
     return dest
+
+
+#: Code cells longer than this are collapsed behind a toggle on the page (one click away).
+LONG_CELL_LINES = 15
+
+
+def _zip_figures(src: Path, zip_path: Path) -> None:
+    """Every figure of a run (PNG and SVG) in one zip, with fixed timestamps so that the same
+    figures give the same bytes (the book is not rebuilt for nothing)."""
+    with zipfile.ZipFile(zip_path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for path in sorted(src.glob("*")) if src.is_dir() else []:
+            info = zipfile.ZipInfo(f"figures/{path.name}", date_time=(2025, 1, 1, 0, 0, 0))
+            zf.writestr(info, path.read_bytes(), zipfile.ZIP_DEFLATED)
+
+
+def _parameters_markdown(params: dict) -> str:
+    rows = "\n".join(f"| `{k}` | `{json.dumps(v)}` |" for k, v in params.items())
+    return "| parameter | value |\n|---|---|\n" + rows
+
+
+def publishable(nb: dict, slug: str, results: dict) -> dict:
+    """An executed notebook as the book publishes it: without the runner's depfile cell and
+    papermill's injected-parameters cell (the values it set are listed once, under Downloads,
+    with no paths of the machine that ran it), long code cells collapsed, and a Downloads
+    section linking the run's results.json and figures."""
+    cells = []
+    for cell in nb["cells"]:
+        tags = cell.get("metadata", {}).get("tags", [])
+        if cell.get("id") == "companion-depfile" or "injected-parameters" in tags:
+            continue
+        source = "".join(cell.get("source", ""))
+        if cell["cell_type"] == "code" and source.count("\n") + 1 > LONG_CELL_LINES and "parameters" not in tags:
+            cell = {**cell, "metadata": {**cell.get("metadata", {}), "tags": [*tags, "hide-input"]}}
+        cells.append(cell)
+    params = {k: v for k, v in results.get("parameters", {}).items() if k != "out_dir"}
+    profile = results.get("profile", "?")
+    downloads = ("## Downloads\n\n"
+                 f"- {{download}}`results.json <files/{slug}/results.json>`: every claim and number this run measured\n"
+                 f"- {{download}}`figures.zip <files/{slug}/figures.zip>`: the figures as PNG and SVG\n\n"
+                 f"This page was executed with the `{profile}` profile and these parameters:\n\n"
+                 + _parameters_markdown(params))
+    cells.append({"cell_type": "markdown", "id": "companion-downloads", "metadata": {}, "source": downloads})
+    return {**nb, "cells": cells}
 
 
 def _tree_digest(root: Path) -> str:

@@ -179,7 +179,7 @@ def run_chapter(book: Book, chapter: ChapterSource, profile: str = "default",
     source["cells"].append(_depfile_cell(book.root))
     (tmp / ".input.ipynb").write_text(json.dumps(source))
 
-    injected = {**params, "out_dir": "."} if "out_dir" in chapter.parameters else params
+    injected = {**params, "out_dir": str(tmp)} if "out_dir" in chapter.parameters else params
     started = datetime.now(UTC).isoformat(timespec="seconds")
     t0 = time.perf_counter()
     os.environ["COMPANION_PROFILE"] = profile
