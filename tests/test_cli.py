@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import BIN, ROOT, companion
 
-from lib.pipeline.chapters import Book, Parameter, UsageError
+from lib.pipeline.chapters import Book, Constraint, Parameter, UsageError, parameters_of
 
 RUN_DIR = Path("_build/runs")
 
@@ -43,6 +43,74 @@ def test_every_chapter_profile_validates():
     for profile in ("quick", "default", "paper"):
         for ch in book.chapters():
             ch.resolve(book.profile(profile, ch), {})
+
+
+@pytest.mark.parametrize("comment, inside, outside", [
+    ("∈ [0, ∞): seed", [0, 7, 10**9], [-1, 0.5 - 1]),
+    ("∈ (0, 1]: step size", [1e-9, 1.0], [0.0, 1.5]),
+    ("∈ [2, 8)", [2, 7, [2, 3]], [8, [2, 9]]),
+    ('∈ {"cpu", "cuda"}: device', ["cpu", "cuda"], ["tpu"]),
+])
+def test_constraints_parse_from_comments_and_judge_values(comment, inside, outside):
+    c = Constraint.parse(comment)
+    assert c is not None and comment.startswith(c.text)
+    assert all(c.admits(v) for v in inside) and not any(c.admits(v) for v in outside)
+    assert Constraint.parse("plain help text, no constraint") is None
+
+
+def test_constraints_are_read_from_the_parameters_cell(tmp_path):
+    nb = json.loads((ROOT / "tests" / "fixtures" / "99-fixture.ipynb").read_text())
+    cell = next(c for c in nb["cells"] if "parameters" in c["metadata"].get("tags", []))
+    cell["source"] = "seed = 0\nn = 8  # ∈ [1, 64]: draws\nlr = 0.5  # ∈ (0, 1]\n"
+    path = tmp_path / "99-x.ipynb"
+    path.write_text(json.dumps(nb))
+    params = parameters_of(path)
+    assert params["seed"].constraint.text == "∈ [0, ∞)"  # seed is non-negative everywhere
+    assert params["n"].check("64") == 64 and params["n"].help == "∈ [1, 64]: draws"
+    with pytest.raises(UsageError, match=r"parameter 'n' must be ∈ \[1, 64\], got 65"):
+        params["n"].check("65")
+    cell["source"] = "seed = 0\nn = 0  # ∈ [1, 64]\n"
+    path.write_text(json.dumps(nb))
+    with pytest.raises(UsageError, match="default of 'n'"):
+        parameters_of(path)
+
+
+@pytest.mark.parametrize("profile", ["quick", "default", "paper"])
+def test_dry_run_validates_every_chapter_at_every_profile(profile):
+    out = companion("run", "all", "--profile", profile, "--dry-run", timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert len(out.stdout.strip().splitlines()) == len(Book(ROOT).chapters())
+    assert not out.stderr
+
+
+@pytest.mark.parametrize("extra", [["--dry-run"], []])
+def test_negative_seed_is_a_usage_error_before_anything_runs(extra):
+    out = companion("run", "01", "-p", "seed", "-1", *extra, timeout=120)
+    assert out.returncode == 64 and out.stderr.strip() == "error: parameter 'seed' must be ∈ [0, ∞), got -1"
+
+
+def test_params_prints_flat_yaml_for_papermill_and_version():
+    import yaml
+
+    out = companion("params", "02", "--profile", "quick", "-p", "seed", "4", timeout=120)
+    assert out.returncode == 0, out.stderr
+    params = yaml.safe_load(out.stdout)
+    book = Book(ROOT)
+    ch = book.chapter("02")
+    expected = ch.resolve(book.profile("quick", ch), {"seed": "4"})
+    expected.pop("out_dir", None)
+    assert params == expected
+    version = companion("--version", timeout=60)
+    assert version.returncode == 0 and version.stdout.startswith("companion ")
+
+
+def test_unwritable_out_is_one_line_exit_64(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    out = companion("run", "02", "--out", str(blocker / "x"), timeout=120)
+    assert out.returncode == 64
+    assert len(out.stderr.strip().splitlines()) == 1 and "cannot write there" in out.stderr
+    assert "Traceback" not in out.stderr
 
 
 # -- the CLI against a throw-away project ---------------------------------------------------

@@ -3,14 +3,27 @@
 A chapter is ``book/chapters/NN-slug.ipynb``. Its parameters are the assignments of literals in
 the cell tagged ``parameters``; their values are the ``default`` profile, and
 ``book/params/{quick,default,paper}.yaml`` map each chapter slug to the values that differ.
+
+A parameter may declare the values it accepts at the start of its comment, in mathematical
+notation (papermill shows the comment as the parameter's help):
+
+    n_seeds = 5      # ∈ [3, ∞): independent seeds behind every interval
+    lr = 0.1         # ∈ (0, 1]: step size
+    mixer = "gla"    # ∈ {"softmax", "linear", "gla"}: sequence mixer
+
+An interval applies to a number or to every element of a list; ``seed`` is ∈ [0, ∞) unless it
+says otherwise. A value outside is refused before anything runs (exit 64).
 """
 
 from __future__ import annotations
 
 import ast
+import io
 import json
+import math
 import os
 import re
+import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,14 +46,68 @@ def find_root() -> Path:
     return Path(__file__).resolve().parents[2]
 
 
+_INTERVAL = re.compile(r"^∈\s*([\[(])\s*([^,]+?)\s*,\s*([^\])]+?)\s*([\])])")
+_CHOICE = re.compile(r"^∈\s*\{(.*?)\}")
+
+
+def _bound(text: str) -> float:
+    text = text.strip().replace("∞", "inf")
+    return float(text) if text.lstrip("+-") == "inf" else float(ast.literal_eval(text))
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """The values a parameter accepts: an interval (open or closed ends) or a set of choices."""
+
+    text: str
+    low: float = -math.inf
+    high: float = math.inf
+    low_open: bool = False
+    high_open: bool = False
+    choices: tuple | None = None
+
+    @classmethod
+    def parse(cls, comment: str) -> Constraint | None:
+        """The constraint at the start of a parameter's comment (without ``#``), if any."""
+        comment = comment.strip()
+        if m := _INTERVAL.match(comment):
+            return cls(m.group(0), _bound(m.group(2)), _bound(m.group(3)), m.group(1) == "(", m.group(4) == ")")
+        if m := _CHOICE.match(comment):
+            return cls(m.group(0), choices=tuple(ast.literal_eval(f"[{m.group(1)}]")))
+        return None
+
+    def admits(self, value: Any) -> bool:
+        if isinstance(value, list):
+            return all(self.admits(v) for v in value)
+        if self.choices is not None:
+            return value in self.choices
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return False
+        above = value > self.low if self.low_open else value >= self.low
+        below = value < self.high if self.high_open else value <= self.high
+        return above and below
+
+
+SEED_CONSTRAINT = Constraint("∈ [0, ∞)", 0.0)
+
+
 @dataclass(frozen=True)
 class Parameter:
     name: str
     default: Any
+    constraint: Constraint | None = None
+    help: str = ""
 
     @property
     def type_name(self) -> str:
         return _type_name(self.default)
+
+    def check(self, value: Any) -> Any:
+        """``value`` coerced to this parameter's type and inside its constraint, else UsageError."""
+        value = self.coerce(value)
+        if self.constraint is not None and not self.constraint.admits(value):
+            raise UsageError(f"parameter '{self.name}' must be {self.constraint.text}, got {value!r}")
+        return value
 
     def coerce(self, value: Any) -> Any:
         """``value`` (a string from the command line, or a YAML value) as this parameter's type;
@@ -119,7 +186,7 @@ class ChapterSource:
                     known = ", ".join(self.parameters)
                     raise UsageError(f"chapter {self.slug} has no parameter '{name}' "
                                      f"(from {source}); its parameters: {known}")
-                resolved[name] = self.parameters[name].coerce(value)
+                resolved[name] = self.parameters[name].check(value)
         return resolved
 
 
@@ -130,8 +197,11 @@ def parameters_of(path: Path) -> dict[str, Parameter]:
              if c["cell_type"] == "code" and "parameters" in c.get("metadata", {}).get("tags", [])]
     if len(cells) != 1:
         raise UsageError(f"{path.name}: expected exactly one cell tagged 'parameters', found {len(cells)}")
+    source = "".join(cells[0]["source"])
+    comments = {tok.start[0]: tok.string.lstrip("#").strip()
+                for tok in tokenize.generate_tokens(io.StringIO(source).readline) if tok.type == tokenize.COMMENT}
     params = {}
-    for node in ast.parse("".join(cells[0]["source"])).body:
+    for node in ast.parse(source).body:
         if not (isinstance(node, ast.Assign) and len(node.targets) == 1
                 and isinstance(node.targets[0], ast.Name)):
             raise UsageError(f"{path.name}: the parameters cell may only assign literals to names")
@@ -139,7 +209,11 @@ def parameters_of(path: Path) -> dict[str, Parameter]:
             value = ast.literal_eval(node.value)
         except ValueError:
             raise UsageError(f"{path.name}: parameter '{node.targets[0].id}' is not a literal") from None
-        params[node.targets[0].id] = Parameter(node.targets[0].id, value)
+        name, comment = node.targets[0].id, comments.get(node.lineno, "")
+        constraint = Constraint.parse(comment) or (SEED_CONSTRAINT if name == "seed" else None)
+        if constraint is not None and not constraint.admits(value):
+            raise UsageError(f"{path.name}: the default of '{name}' ({value!r}) is not {constraint.text}")
+        params[name] = Parameter(name, value, constraint, comment)
     return params
 
 

@@ -2,12 +2,14 @@
 
     companion list
     companion run CH... [--profile quick|default|paper] [-p NAME VALUE]... [--out DIR]
-                  [--force] [--jobs N] [--scheduler ADDRESS]
+                  [--force] [--jobs N] [--scheduler ADDRESS] [--dry-run]
+    companion params CH [--profile P] [-p NAME VALUE]...   (flat YAML for `papermill -f`)
     companion build [--profile P] [--jobs N]
     companion status [--profile P]
     companion seeds CH... [--seeds 0-9|3,17,42] [--profile P] [--jobs N] [--scheduler ADDRESS]
     companion bench swr [...]
     companion strip [NOTEBOOK...]
+    companion --version
 
 Exit codes of ``run`` and ``build``: 0 every theorem claim held, 1 a notebook failed,
 2 a theorem or check claim did not hold, 64 bad usage. ``seeds``: 0 every theorem and check
@@ -32,6 +34,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="companion", description="Run and build the companion book.")
+    p.add_argument("--version", action="version", version=f"companion {_version()}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     sub.add_parser("list", help="chapters, their parameters, types and defaults")
 
@@ -43,6 +46,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--force", action="store_true", help="run even if cached")
     run.add_argument("--jobs", type=int, default=1, help="chapters in parallel (cores are split)")
     run.add_argument("--scheduler", help="Dask scheduler address for the chapters' sweeps")
+    run.add_argument("--dry-run", action="store_true",
+                     help="resolve and validate the parameters, print them, execute nothing")
+
+    params = sub.add_parser("params", help="a chapter's resolved parameters as YAML, for `papermill -f`")
+    params.add_argument("chapter", metavar="CH")
+    params.add_argument("--profile", default="default", choices=PROFILES)
+    params.add_argument("-p", "--param", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"))
 
     build = sub.add_parser("build", help="run what is missing or stale, then build the HTML book")
     build.add_argument("--profile", default="default", choices=PROFILES)
@@ -96,17 +106,57 @@ def _exit(results: list[RunResult]) -> int:
     return EXEC_FAILED if EXEC_FAILED in codes else CLAIM_FAILED if CLAIM_FAILED in codes else OK
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("companion-book")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def cmd_list(book: Book, args) -> int:
     for ch in book.chapters():
         print(f"{ch.slug}  {ch.title}")
         for p in ch.parameters.values():
-            print(f"    {p.name:<18} {p.type_name:<14} {p.default!r}")
+            allowed = f"  {p.constraint.text}" if p.constraint else ""
+            print(f"    {p.name:<18} {p.type_name:<14} {p.default!r}{allowed}")
+    return OK
+
+
+def _check_writable(out: Path | None) -> None:
+    """Refuse an --out that cannot be created and written, before anything runs."""
+    if out is None:
+        return
+    import tempfile
+
+    try:
+        parent = out.resolve().parent
+        parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=parent):
+            pass
+    except OSError as exc:
+        raise UsageError(f"--out {out}: cannot write there ({exc.strerror or exc}: {exc.filename})") from None
+
+
+def cmd_params(book: Book, args) -> int:
+    import yaml
+
+    ch = book.chapter(args.chapter)
+    params = resolve(book, ch, args.profile, dict(args.param))
+    print(yaml.safe_dump(params, sort_keys=False, allow_unicode=True), end="")
     return OK
 
 
 def cmd_run(book: Book, args) -> int:
     overrides = dict(args.param)
     chapters = _select(book, args.chapters)
+    _check_writable(args.out)
+    if args.dry_run:
+        for ch in chapters:
+            params = resolve(book, ch, args.profile, overrides)
+            print(f"{ch.slug} [{args.profile}]: " + ", ".join(f"{k}={v!r}" for k, v in params.items()))
+        return OK
     return _exit(run_many(book, chapters, args.profile, overrides, args.out, args.force,
                           args.jobs, args.scheduler, _report))
 
@@ -181,7 +231,7 @@ def cmd_strip(book: Book, args) -> int:
     return OK
 
 
-COMMANDS = {"list": cmd_list, "run": cmd_run, "status": cmd_status, "build": cmd_build,
+COMMANDS = {"list": cmd_list, "run": cmd_run, "params": cmd_params, "status": cmd_status, "build": cmd_build,
             "seeds": cmd_seeds, "bench": cmd_bench, "strip": cmd_strip}
 
 
