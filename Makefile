@@ -8,6 +8,12 @@ STAMP   := $(VENV)/.installed
 PROFILE ?= default
 JOBS    ?= 1
 CH      ?=
+# GPU=1 adds Triton (about 1 GB, Linux only) for the CUDA kernels; the book needs none of it.
+GPU     ?=
+comma   := ,
+EXTRAS  := test$(if $(GPU),$(comma)gpu)
+# REPOSITORY_URL=https://… adds the repository and Binder buttons to the built book.
+REPOSITORY_URL ?=
 
 .PHONY: venv book test test-fast chapter bench lint strip clean chromium
 
@@ -17,11 +23,11 @@ $(STAMP): pyproject.toml constraints.txt
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (set PYTHON=/path/to/python3.11)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
-	$(BIN)/python -m pip install --quiet -c constraints.txt --config-settings editable_mode=compat -e ".[test,gpu]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt --config-settings editable_mode=compat -e ".[$(EXTRAS)]"
 	touch $(STAMP)
 
 book: venv
-	$(BIN)/companion build --profile $(PROFILE) --jobs $(JOBS)
+	COMPANION_REPOSITORY_URL="$(REPOSITORY_URL)" $(BIN)/companion build --profile $(PROFILE) --jobs $(JOBS)
 
 chapter: venv
 	@test -n "$(CH)" || { echo "usage: make chapter CH=03 [PROFILE=quick]"; exit 64; }

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -112,6 +113,7 @@ def stage(book: Book, profile: str) -> Path:
     dest.mkdir(parents=True)
     for name in ("_config.yml", "_toc.yml"):
         shutil.copyfile(book.root / name, dest / name)
+    publish_settings(dest / "_config.yml", os.environ.get(REPOSITORY_ENV, ""))
     shutil.copytree(book.root / "book", dest / "book",
                     ignore=shutil.ignore_patterns("params", "*.ipynb", ".ipynb_checkpoints"))
     (dest / "book" / "chapters").mkdir(exist_ok=True)
@@ -130,6 +132,25 @@ def stage(book: Book, profile: str) -> Path:
     status = dest / "book" / "status.md"
     status.write_text(status.read_text().replace(STATUS_MARKER, status_markdown(book, profile)))
     return dest
+
+
+#: The one setting behind the repository button and the Binder launch button (off when unset).
+REPOSITORY_ENV = "COMPANION_REPOSITORY_URL"
+
+
+def publish_settings(config: Path, repository_url: str) -> None:
+    """Add the repository button and Binder's launch button to a staged ``_config.yml`` when a
+    repository URL is set; without one the book links to no repository at all. Binder builds the
+    CPU environment in ``.binder/``; there is no Colab button (Colab has no copy of ``lib``)."""
+    if not repository_url:
+        return
+    import yaml
+
+    doc = yaml.safe_load(config.read_text())
+    doc["repository"] = {"url": repository_url, "path_to_book": ".", "branch": "main"}
+    doc.setdefault("html", {})["use_repository_button"] = True
+    doc["launch_buttons"] = {"notebook_interface": "classic", "binderhub_url": "https://mybinder.org"}
+    config.write_text(yaml.safe_dump(doc, sort_keys=False, allow_unicode=True))
 
 
 #: Code cells longer than this are collapsed behind a toggle on the page (one click away).
