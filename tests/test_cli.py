@@ -1,4 +1,4 @@
-"""The `companion` CLI contract (DESIGN.md): parameter validation, exit codes, cache, atomicity."""
+"""The `companion` CLI contract (docs/design.md): parameter validation, exit codes, cache, atomicity."""
 
 from __future__ import annotations
 

@@ -31,7 +31,7 @@ TRACKED_DIRS = ("lib", "kernels")
 ENV_FILES = ("constraints.txt", "pyproject.toml")
 DEPFILE = "deps.json"
 
-# Exit codes of `companion run` (DESIGN.md).
+# Exit codes of `companion run` (docs/design.md).
 OK, EXEC_FAILED, CLAIM_FAILED, USAGE = 0, 1, 2, 64
 
 
