@@ -55,3 +55,45 @@ def test_papermill_reads_every_parameter():
     for ch in Book(ROOT).chapters():
         seen = set(pm.inspect_notebook(str(ch.path)))
         assert seen == set(ch.parameters), f"{ch.slug}: papermill sees {sorted(seen)}"
+
+
+def test_the_contract_lives_in_the_repository():
+    """No file points at documents outside the repository (a clone must be self-contained)."""
+    offenders = []
+    for path in [*ROOT.glob("*.md"), *ROOT.glob("book/**/*.md"), *ROOT.glob("book/**/*.ipynb"),
+                 *ROOT.glob("lib/**/*.py"), *ROOT.glob("kernels/**/*.py"), *ROOT.glob("tests/*.py")]:
+        text = path.read_text()
+        if "../shared" in text or "DESIGN.md" in text.replace("test_repo.py", ""):
+            offenders.append(str(path.relative_to(ROOT)))
+    offenders = [o for o in offenders if o != "tests/test_repo.py"]
+    assert not offenders, offenders
+    assert (ROOT / "docs" / "design.md").exists() and (ROOT / "LICENSE").exists()
+
+
+def _markdown(ch) -> list[str]:
+    nb = json.loads(ch.path.read_text())
+    return ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown"]
+
+
+@pytest.mark.parametrize("ch", Book(ROOT).chapters(), ids=lambda c: c.number)
+def test_prose_names_no_parameter_where_a_value_belongs(ch):
+    """`` `steps` `` in the text tells a reader nothing; the value (glued from the run) does."""
+    import re
+
+    names = set(ch.parameters) - {"seed", "out_dir", "device"}
+    found = sorted({m for text in _markdown(ch) for m in re.findall(r"(?<!`)`([A-Za-z_][A-Za-z0-9_]*)`(?!`)", text)
+                    if m in names})
+    assert not found, f"{ch.slug}: parameter names in prose: {found}"
+
+
+DEVELOPMENT_WORDS = ["issue", "first version", "project notes", "the lead", "helper", "TODO", "FIXME",
+                     "we tried first", "previous version", "earlier version"]
+
+
+@pytest.mark.parametrize("ch", Book(ROOT).chapters(), ids=lambda c: c.number)
+def test_prose_tells_no_development_history(ch):
+    import re
+
+    text = "\n".join(_markdown(ch))
+    found = [w for w in DEVELOPMENT_WORDS if re.search(rf"\b{re.escape(w)}\b", text, flags=re.IGNORECASE)]
+    assert not found, f"{ch.slug}: development history in the text: {found}"
