@@ -114,3 +114,39 @@ def test_status_page_verdicts_are_visible_without_horizontal_scrolling(browser, 
         box = badges.nth(i).bounding_box()
         assert box and 0 <= box["x"] and box["x"] + box["width"] <= 1300, f"verdict {i} is off screen: {box}"
     page.close()
+
+
+@pytest.mark.parametrize("ch", CHAPTERS, ids=lambda c: c.number)
+def test_chapter_page_is_finished_for_a_reader(browser, server, ch):
+    """Numbered, captioned figures with alt text; no injected-parameters cell; downloads that
+    resolve; theorems numbered once; no repository link unless one is configured."""
+    import re
+
+    page = browser.new_page()
+    page.goto(urljoin(server, f"book/chapters/{ch.slug}.html"), wait_until="load")
+    figures = page.eval_on_selector_all(
+        "main img", """els => els.map(i => {
+            const fig = i.closest('figure');
+            const cap = fig && fig.querySelector('figcaption');
+            return {alt: i.getAttribute('alt') || '', caption: cap ? cap.innerText : ''};
+        })""")
+    assert figures, f"{ch.slug}: no figure"
+    for f in figures:
+        assert re.match(r"^Fig\. ?\d+", f["caption"].strip()), f"{ch.slug}: a figure without a numbered caption: {f}"
+        assert len(f["alt"]) > 15 and not re.fullmatch(r"[0-9a-f]{16,}.*", f["alt"]), \
+            f"{ch.slug}: a figure without alt text: {f}"
+    assert page.locator(".tag_injected-parameters").count() == 0, f"{ch.slug}: papermill's cell is visible"
+    text = page.inner_text("main")
+    assert not re.search(r"(Theorem|Proposition|Lemma|Corollary|Definition) \d+(\.\d+)+ \((Theorem|Proposition|"
+                         r"Lemma|Corollary|Definition)", text), f"{ch.slug}: a theorem numbered twice"
+    for needle in ("PosixPath(", "Claim(", "array(", "claims recorded"):
+        assert needle not in text, f"{ch.slug}: a raw repr on the page ({needle})"
+    downloads = page.eval_on_selector_all("main a.download, main a[download]", "els => els.map(a => a.href)")
+    assert any(h.endswith("results.json") for h in downloads) and any(h.endswith("figures.zip") for h in downloads), \
+        f"{ch.slug}: downloads missing: {downloads}"
+    for href in downloads:
+        assert page.request.get(href).status == 200, href
+    external = page.eval_on_selector_all("a[href]", "els => els.map(a => a.href)")
+    assert not [h for h in external if "github.com" in h or "mybinder" in h or "colab" in h], \
+        f"{ch.slug}: links to a repository although none is configured"
+    page.close()
