@@ -185,9 +185,9 @@ def test_orm_and_soft_best_of_n_against_brute_force(tree):
             soft[d] += p * wd / w.sum()
     assert np.allclose(M.orm_best_of_n(pi, r, n), hard, atol=1e-12)
     assert np.allclose(M.soft_best_of_n(pi, r, n, kappa), soft, atol=1e-12)
-    rng = np.random.default_rng(6)
-    freq = np.bincount(M.sample_orm_best_of_n(pi, r, n, 20000, rng), minlength=len(pi)) / 20000
-    assert np.all(np.abs(freq - hard) < 4 * np.sqrt(hard * (1 - hard) / 20000) + 1e-12)
+    counts = np.bincount(M.sample_orm_best_of_n(pi, r, n, 20000, np.random.default_rng(6)),
+                         minlength=len(pi))
+    assert M.binomial_pvalues(counts, hard).min() >= 1e-3 / len(pi)
 
 
 def test_prm_and_distributional_prm(tree):
@@ -196,9 +196,35 @@ def test_prm_and_distributional_prm(tree):
     lam = 5.0
     tilt = M.dprm_h_transform(pi, r, lam)
     assert np.allclose(tilt, M.kl_tilt(pi, r, 1 / lam))
-    freq = np.bincount(M.sample_dprm(pi, paths, r, lam, 20000, np.random.default_rng(7)),
-                       minlength=len(pi)) / 20000
-    assert np.all(np.abs(freq - tilt) < 4 * np.sqrt(tilt * (1 - tilt) / 20000) + 1e-12)
+    counts = np.bincount(M.sample_dprm(pi, paths, r, lam, 20000, np.random.default_rng(7)),
+                         minlength=len(pi))
+    assert M.binomial_pvalues(counts, tilt).min() >= 1e-3 / len(pi)
+    assert M.binomial_pvalues(counts, pi).min() < 1e-3 / len(pi)  # and it is not the base model
+
+
+def test_binomial_pvalues_are_exact_and_valid():
+    from scipy import stats
+
+    n, p = 30, 0.05
+    ks = np.arange(n + 1)
+    pv = np.array([M.binomial_pvalues(np.array([k, n - k]), np.array([p, 1 - p]))[0] for k in ks])
+    assert pv[0] == pytest.approx(min(1.0, 2 * stats.binom.pmf(0, n, p)))
+    assert pv[6] == pytest.approx(2 * stats.binom.sf(5, n, p))
+    pmf = stats.binom.pmf(ks, n, p)
+    for a in (0.2, 0.05, 0.01, 1e-3, 1e-5):  # P(p-value ≤ a) ≤ a under the null, exactly
+        assert pmf[pv <= a].sum() <= a
+    # an impossible chain that is never seen is fine; seen once, it is rejected outright
+    assert M.binomial_pvalues(np.array([0, 10]), np.array([0.0, 1.0])).tolist() == [1.0, 1.0]
+    assert M.binomial_pvalues(np.array([1, 9]), np.array([0.0, 1.0]))[0] == 0.0
+
+
+def test_streams_are_distinct_where_plain_seed_lists_collide():
+    draw = lambda g: g.random(4).tolist()
+    assert draw(np.random.default_rng([5, 4])) == draw(np.random.default_rng([5, 4, 0]))  # the trap
+    assert draw(M.stream(5, 4)) != draw(M.stream(5, 4, 0))
+    assert draw(M.stream(5, 1, 3)) not in (draw(np.random.default_rng([5, 3])),
+                                           draw(np.random.default_rng([5, 1, 3])))
+    assert draw(M.stream(5, 1, 3)) == draw(M.stream(5, 1, 3))
 
 
 def test_pretraining_recovers_the_tree(tree):

@@ -24,11 +24,11 @@ Modules, in import order:
 Everything the chapter and its tests use is re-exported here (``from lib import tmc as M``).
 """
 
-from lib.tmc.experiments import draw_tree, train_run, trajectory, tree_squeeze
+from lib.tmc.experiments import draw_tree, stream, train_run, trajectory, tree_squeeze
 from lib.tmc.methods import TRAINERS, post_train
 from lib.tmc.odes import expected_update, kl_tilt, mean_field, path_weights
 from lib.tmc.policy import pretrain, sample_chains, sampled_pass_at_k, score_sum, softmax, step
-from lib.tmc.selection import (dprm_h_transform, orm_best_of_n, prm_greedy, sample_dprm,
+from lib.tmc.selection import (binomial_pvalues, dprm_h_transform, orm_best_of_n, prm_greedy, sample_dprm,
                                sample_orm_best_of_n, soft_best_of_n)
 from lib.tmc.tree import (CLASS_NAMES, EASY, HARD, INVALID, LOW_WEIGHT, TMC, Matrices, Setting, Task,
                           classify, correct_sets, coverage, edge_probabilities, hard_instances,
@@ -37,11 +37,11 @@ from lib.tmc.tree import (CLASS_NAMES, EASY, HARD, INVALID, LOW_WEIGHT, TMC, Mat
 
 __all__ = [
     "CLASS_NAMES", "EASY", "HARD", "INVALID", "LOW_WEIGHT", "TMC", "TRAINERS", "Matrices", "Setting",
-    "Task", "classify", "correct_sets", "coverage", "dprm_h_transform", "draw_tree",
+    "Task", "binomial_pvalues", "classify", "correct_sets", "coverage", "dprm_h_transform", "draw_tree",
     "edge_probabilities", "expected_update", "hard_instances", "kl_tilt", "mean_field",
     "orm_best_of_n", "paper_tmc", "pass_at_k", "pass_at_k_estimate", "path_entropy", "path_index",
     "path_probs", "path_weights", "paths_from", "post_train", "pretrain", "prm_greedy", "random_tmc",
     "rex", "sample_chains", "sample_dprm", "sample_instances", "sample_orm_best_of_n",
-    "sampled_pass_at_k", "score_sum", "soft_best_of_n", "softmax", "step", "train_run", "trajectory",
+    "sampled_pass_at_k", "score_sum", "soft_best_of_n", "softmax", "step", "stream", "train_run", "trajectory",
     "tree_squeeze",
 ]

@@ -14,6 +14,17 @@ from lib.tmc.tree import (HARD, INVALID, TMC, Matrices, Setting, coverage, pass_
                           path_probs, random_tmc)
 
 
+TRAIN_STREAM, TREE_STREAM = 1, 2  # sub-streams of the chapter seed for the two experiment kinds
+
+
+def stream(root: int, *key: int) -> np.random.Generator:
+    """An independent generator for sub-stream ``key`` of seed ``root``. The key is SeedSequence's
+    spawn key, which is kept apart from the entropy: plain entropy lists collide when they differ
+    by trailing zeros (``default_rng([s, 4])`` and ``default_rng([s, 4, 0])`` are the same
+    generator), and ``default_rng([s, j])`` is also what ``Chapter.rng(j)`` returns."""
+    return np.random.default_rng(np.random.SeedSequence(root, spawn_key=key))
+
+
 def trajectory(setting: Setting, history: list[Matrices], other: Setting | None = None,
                ks=(30,)) -> dict:
     """Exact summaries along a run: path entropy and easy/hard/invalid mass on the trained
@@ -37,7 +48,7 @@ def train_run(method: str, seed: int, setting: Setting, steps: int, lr: float,
               **hyper) -> dict:
     """One seeded post-training run summarised by :func:`trajectory`, plus its final logits
     (a function of plain arguments, so :func:`lib.sweep.sweep` can farm it out)."""
-    history = post_train(setting, method, steps, lr, np.random.default_rng([root, seed]),
+    history = post_train(setting, method, steps, lr, stream(root, TRAIN_STREAM, seed),
                          record_every, **hyper)
     return {**trajectory(setting, history, other, ks), "logits": history[-1]}
 
@@ -49,7 +60,7 @@ def tree_squeeze(shape: Sequence[int], seed: int, steps: int, lr: float, root: i
     hard-chain mass, and of TASK2's valid mass (its chance of reaching its target at all).
     Needs no enumeration of correct sets, so it runs on trees of any size."""
     n_layers, m, c = shape
-    rng = np.random.default_rng([root, seed])
+    rng = stream(root, TREE_STREAM, seed)
     tree = random_tmc(n_layers, m, m, c, rng)
     base = [np.log(p) for p in tree.probs]
     s1, s2 = (Setting.of(tree, t, base) for t in tree.tasks)
