@@ -164,3 +164,95 @@ def test_bad_impl_and_block():
         swr(a, x, impl="fast")
     with pytest.raises(ValueError, match="block"):
         swr(a, x, block=0)
+
+
+# -- the compiled kernel's threads and output buffers ------------------------------------------
+compiled = pytest.importorskip("kernels.swr.compiled") if "compiled" in FAST else None
+needs_compiled = pytest.mark.skipif(compiled is None, reason="numba not installed")
+
+
+@needs_compiled
+@pytest.mark.parametrize("heads,dim,itemsize,threads", [
+    (16, 16, 4, 2), (3, 16, 4, 4), (1, 16, 4, 2), (1, 16, 8, 2), (1, 40, 8, 3), (2, 300, 8, 7),
+    (5, 3, 8, 3), (7, 1, 4, 1)])
+def test_plan_covers_every_head_and_channel_once(heads, dim, itemsize, threads):
+    ranges = compiled.plan(heads, dim, itemsize, threads)
+    cover = torch.zeros(heads, dim, dtype=torch.int64)
+    for h0, h1, d0, d1 in ranges:
+        cover[h0:h1, d0:d1] += 1
+        # channel groups start on a cache line, so no two threads write the same line
+        assert (d0 * itemsize) % compiled.CACHE_LINE == 0
+    assert (cover == 1).all() and len(ranges) <= max(1, threads)
+    if heads >= threads:
+        assert len(ranges) == threads
+    elif dim * itemsize >= 2 * compiled.CACHE_LINE:
+        assert len(ranges) > 1  # fewer heads than threads: the channels are split instead
+
+
+@needs_compiled
+@pytest.mark.parametrize("B,H,L,D,block,threads", [
+    (2, 3, 37, 5, 4, 2),     # heads split, odd L
+    (1, 5, 33, 3, 5, 3),     # uneven head ranges
+    (1, 1, 50, 64, 4, 2),    # B·H < threads: channel groups
+    (1, 2, 101, 40, 16, 4),  # B·H < threads, D not a multiple of a cache line
+    (1, 1, 7, 300, 16, 7),   # L < block, many groups
+    (1, 3, 1, 17, 16, 2),    # L = 1
+])
+def test_parallel_paths_match_reference(B, H, L, D, block, threads):
+    a, x = _inputs(B, H, L, D, seed=L + D, low=0.1, high=0.99)
+    dy = torch.randn_like(x)
+    outs = []
+    for fn in (lambda a, x: naive.swr_reference(a, x, block),
+               lambda a, x: compiled.swr_compiled(a, x, block, threads=threads)):
+        a_, x_ = a.clone().requires_grad_(), x.clone().requires_grad_()
+        y = fn(a_, x_)
+        (y * dy).sum().backward()
+        outs.append((y.detach(), a_.grad, x_.grad))
+    for ref, got in zip(*outs):
+        assert (got - ref).abs().max() <= 1e-12 * (1 + ref.abs().max())
+
+
+@needs_compiled
+def test_parallel_gradcheck():
+    a, x = _inputs(1, 1, 11, 24, seed=4, low=0.2, high=0.95)  # 24 fp64 channels: three lines
+    a.requires_grad_()
+    x.requires_grad_()
+    assert torch.autograd.gradcheck(lambda a, x: compiled.swr_compiled(a, x, 4, threads=3), (a, x))
+
+
+@needs_compiled
+def test_threads_follow_torch_above_the_threshold(monkeypatch):
+    seen = []
+    plan = compiled.plan
+    monkeypatch.setattr(compiled, "plan", lambda *args: seen.append(args[-1]) or plan(*args))
+    a, x = _inputs(1, 4, 40, 8)
+    previous = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        monkeypatch.setattr(compiled, "MIN_PARALLEL_WORK", x.numel() + 1)
+        y_small = swr(a, x, impl="compiled")
+        monkeypatch.setattr(compiled, "MIN_PARALLEL_WORK", x.numel())
+        y_big = swr(a, x, impl="compiled")
+    finally:
+        torch.set_num_threads(previous)
+    assert seen == [1, 2] and torch.equal(y_small, y_big)
+
+
+@needs_compiled
+def test_recycled_outputs_are_never_live(monkeypatch):
+    monkeypatch.setattr(compiled, "RECYCLE_MIN_BYTES", 1000)
+    monkeypatch.setattr(compiled, "_recycled", [])
+    a, x = _inputs(1, 2, 100, 4)
+    y1 = swr(a, x, impl="compiled")
+    first = y1.data_ptr()
+    view = y1[0, 1]
+    del y1
+    y2 = swr(a, x, impl="compiled")
+    assert y2.data_ptr() != first  # a view still uses the first buffer
+    expected = view.clone()
+    y3 = swr(a, x * 2, impl="compiled")
+    assert torch.equal(view, expected) and y3.data_ptr() not in (first, y2.data_ptr())
+    del view
+    y4 = swr(a, x, impl="compiled")
+    assert y4.data_ptr() == first  # free again: reused
+    assert torch.equal(y4, y2) and torch.equal(y3, 2 * y2)
