@@ -6,17 +6,35 @@
 ``{**point, "seed": seed, **result}`` (a non-dict result goes under ``"result"``). The order
 of the records is the grid order × seeds, whatever executes them, so results are identical
 locally and on a cluster. The cluster is used when ``scheduler`` (an address such as
-``tcp://127.0.0.1:8786``) or the ``COMPANION_SCHEDULER`` environment variable is given.
+``tcp://127.0.0.1:8786``) or the ``COMPANION_SCHEDULER`` environment variable is given;
+``COMPANION_JOBS=N`` (or ``jobs``) runs the points in N local processes instead (sweep
+parallelism, inside one chapter; ``companion run --jobs`` runs whole chapters in parallel).
+
+Resume: under the runner (``companion run``), every finished point is kept on disk in
+``_build/points/`` and a rerun of the same chapter with the same parameters reuses it, so a
+killed ``paper`` run continues where it stopped. A point's key hashes the function (its code,
+constants, closure and defaults), the point and seed, the chapter's resolved parameters, the
+pinned environment and the contents of every ``lib/`` and ``kernels/`` source file loaded in
+the process; a function whose closure cannot be hashed is simply not cached.
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import os
+import pickle
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 
 SCHEDULER_ENV = "COMPANION_SCHEDULER"
+#: Set by the runner: where finished points are kept, and what the chapter's run depends on
+#: (its resolved parameters and the pinned environment).
+POINTS_ENV = "COMPANION_POINTS_DIR"
+RUN_KEY_ENV = "COMPANION_RUN_KEY"
+_SOURCE_DIRS = ("lib", "kernels")
+_ROOT = Path(__file__).resolve().parents[1]
 
 
 def grid_points(grid: Mapping[str, Sequence] | Iterable[Mapping]) -> list[dict]:
@@ -32,28 +50,114 @@ def _call(fn: Callable, point: dict, seed: int) -> dict:
     return {**point, "seed": seed, **(result if isinstance(result, dict) else {"result": result})}
 
 
+def _function_digest(fn: Callable) -> bytes | None:
+    """What ``fn`` computes, as bytes: code and constants (recursively), defaults, closure values
+    and partial arguments. None when something in it cannot be pickled."""
+    import functools
+
+    try:
+        if isinstance(fn, functools.partial):
+            inner = _function_digest(fn.func)
+            return None if inner is None else inner + pickle.dumps((fn.args, sorted(fn.keywords.items())))
+        code = getattr(fn, "__code__", None)
+        if code is None:  # a callable object: its class and state
+            return pickle.dumps(fn)
+
+        def code_bytes(c):
+            consts = [code_bytes(k) if hasattr(k, "co_code") else k for k in c.co_consts]
+            return pickle.dumps((c.co_code, consts, c.co_names, c.co_varnames))
+
+        closure = [cell.cell_contents for cell in (fn.__closure__ or ())]
+        return pickle.dumps((fn.__module__, fn.__qualname__, code_bytes(code), fn.__defaults__,
+                             fn.__kwdefaults__, closure))
+    except Exception:  # unpicklable closure or defaults: do not cache
+        return None
+
+
+def _loaded_sources_digest() -> str:
+    h = hashlib.sha256()
+    roots = [str(_ROOT / d) + os.sep for d in _SOURCE_DIRS]
+    files = sorted({os.path.realpath(m.__file__) for m in list(sys.modules.values())
+                    if getattr(m, "__file__", None) and any(os.path.realpath(m.__file__).startswith(r)
+                                                            for r in roots)})
+    for f in files:
+        h.update(f.encode() + b"\0" + Path(f).read_bytes())
+    return h.hexdigest()
+
+
+class PointStore:
+    """Finished sweep points on disk (one pickle per point, written atomically)."""
+
+    def __init__(self, root: Path, fn: Callable):
+        digest = _function_digest(fn)
+        self.enabled = digest is not None
+        h = hashlib.sha256((digest or b"") + os.environ.get(RUN_KEY_ENV, "").encode()
+                           + _loaded_sources_digest().encode())
+        self.dir = Path(root) / f"{getattr(fn, '__name__', 'fn')}-{h.hexdigest()[:20]}"
+
+    def _path(self, point: dict, seed: int) -> Path:
+        key = hashlib.sha256(pickle.dumps((sorted(point.items()), seed))).hexdigest()[:24]
+        return self.dir / f"{key}.pkl"
+
+    def get(self, point: dict, seed: int):
+        path = self._path(point, seed)
+        if not self.enabled or not path.exists():
+            return None
+        try:
+            return pickle.loads(path.read_bytes())
+        except (OSError, pickle.UnpicklingError, EOFError):
+            return None
+
+    def put(self, point: dict, seed: int, record: dict) -> None:
+        if not self.enabled:
+            return
+        self.dir.mkdir(parents=True, exist_ok=True)
+        path = self._path(point, seed)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_bytes(pickle.dumps(record))
+        os.replace(tmp, path)
+
+
 def sweep(fn: Callable, grid, seeds: Iterable[int] = (0,), *, jobs: int | None = None,
-          scheduler: str | None = None, progress: bool | None = None, desc: str | None = None) -> list[dict]:
+          scheduler: str | None = None, progress: bool | None = None, desc: str | None = None,
+          resume: bool = True) -> list[dict]:
     """Evaluate ``fn`` at every grid point and seed; see the module docstring. ``progress``
     (a tqdm bar) defaults to on in a terminal and off inside a notebook run by papermill, which
-    shows its own per-cell progress and would otherwise store every tick in the page."""
+    shows its own per-cell progress and would otherwise store every tick in the page.
+    ``resume=False`` never reads or writes the on-disk points."""
     if progress is None:
         progress = sys.stderr.isatty()
     tasks = [(p, int(s)) for p in grid_points(grid) for s in seeds]
+    points_dir = os.environ.get(POINTS_ENV)
+    store = PointStore(Path(points_dir), fn) if resume and points_dir else None
+    done: dict[int, dict] = {}
+    if store is not None:
+        done = {i: r for i, (p, s) in enumerate(tasks) if (r := store.get(p, s)) is not None}
+    todo = [i for i in range(len(tasks)) if i not in done]
+
+    def finished(i: int, record: dict) -> None:
+        done[i] = record
+        if store is not None:
+            store.put(*tasks[i], record)
+
     scheduler = scheduler or os.environ.get(SCHEDULER_ENV) or None
-    if scheduler:
-        from distributed import Client
+    jobs = jobs if jobs is not None else int(os.environ.get("COMPANION_JOBS", "1"))
+    if scheduler and todo:
+        from distributed import Client, as_completed
 
         with Client(scheduler) as client:
-            futures = client.map(lambda t: _call(fn, *t), tasks, pure=False)
-            return client.gather(futures)
-    jobs = jobs if jobs is not None else int(os.environ.get("COMPANION_JOBS", "1"))
-    if jobs == 1:
+            futures = {client.submit(_call, fn, *tasks[i], pure=False): i for i in todo}
+            for fut in as_completed(futures):
+                finished(futures[fut], fut.result())
+    elif jobs == 1 or len(todo) <= 1:
         from tqdm import tqdm
 
-        it = tqdm(tasks, desc=desc or getattr(fn, "__name__", "sweep"), disable=not progress,
-                  leave=False)
-        return [_call(fn, p, s) for p, s in it]
-    from joblib import Parallel, delayed
+        for i in tqdm(todo, desc=desc or getattr(fn, "__name__", "sweep"), disable=not progress, leave=False):
+            finished(i, _call(fn, *tasks[i]))
+    elif todo:
+        from joblib import Parallel, delayed
 
-    return Parallel(n_jobs=jobs)(delayed(_call)(fn, p, s) for p, s in tasks)
+        results = Parallel(n_jobs=jobs, return_as="generator")(delayed(_call)(fn, *tasks[i]) for i in todo)
+        for i, record in zip(todo, results):
+            finished(i, record)
+    return [done[i] for i in range(len(tasks))]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import signal
 import subprocess
 import time
@@ -273,3 +275,55 @@ def test_seeds_exits_2_and_names_the_seed_a_claim_failed_on(project):
     mean = next(c for c in summary["claims"] if c["id"] == "mean")
     assert (mean["held"], mean["failed"], mean["failed_seeds"]) == (2, 1, [1])
     assert "failed on seeds [1]" in out.stdout
+
+
+def _log_lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def test_killed_sweep_resumes_from_its_finished_points(project, tmp_path):
+    log = tmp_path / "points.log"
+    args = ("run", "99", "-p", "points", "8", "-p", "point_sleep", "1.5")
+    env = {**os.environ, "COMPANION_ROOT": str(project), "PYTHONPATH": str(project), "FIXTURE_LOG": str(log)}
+    proc = subprocess.Popen([str(BIN / "companion"), *args], cwd=project, env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while len(_log_lines(log)) < 3 and time.time() < deadline:
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = len(_log_lines(log))
+    assert 3 <= before < 8, f"{before} points finished before the kill"
+    assert not (project / RUN_DIR / "default" / "99-fixture" / "results.json").exists()
+
+    again = companion(*args, root=project, env={"FIXTURE_LOG": str(log)})
+    assert again.returncode == 0, again.stderr
+    computed_again = [line.split()[0] for line in _log_lines(log)[before:]]
+    # the points finished before the kill are reused (the one in flight may be redone)
+    assert len(computed_again) <= 8 - before + 1, computed_again
+    assert len(results(project)["metrics"]["swept"]) == 8
+
+    # same parameters, forced: every point is reused; other parameters: a fresh sweep
+    n = len(_log_lines(log))
+    assert companion(*args, "--force", root=project, env={"FIXTURE_LOG": str(log)}).returncode == 0
+    assert len(_log_lines(log)) == n
+    assert companion("run", "99", "-p", "points", "8", root=project, env={"FIXTURE_LOG": str(log)}).returncode == 0
+    assert len(_log_lines(log)) == n + 8
+    cleaned = companion("clean", "--points", root=project)
+    assert cleaned.returncode == 0 and not (project / "_build" / "points").exists()
+
+
+def test_local_scheduler_runs_the_sweep_on_a_cluster_with_identical_results(project, tmp_path):
+    log = tmp_path / "points.log"
+    local = companion("run", "99", "-p", "points", "4", "--out", str(tmp_path / "a"), root=project)
+    assert local.returncode == 0, local.stderr
+    shutil.rmtree(project / "_build" / "points")  # no reuse: every point must run on the cluster
+    remote = companion("run", "99", "-p", "points", "4", "--out", str(tmp_path / "b"),
+                       "--scheduler", "local:2", root=project, env={"FIXTURE_LOG": str(log)})
+    assert remote.returncode == 0, remote.stderr
+    assert "local Dask cluster with 2 workers" in remote.stdout
+    where = {line.split()[2] for line in _log_lines(log)}
+    assert where and "local" not in where, f"points ran at {where}"
+    a = json.loads((tmp_path / "a" / "results.json").read_text())
+    b = json.loads((tmp_path / "b" / "results.json").read_text())
+    assert a["metrics"] == b["metrics"] and a["claims"] == b["claims"]

@@ -9,6 +9,7 @@
     companion seeds CH... [--seeds 0-9|3,17,42] [--profile P] [--jobs N] [--scheduler ADDRESS]
     companion bench swr [...]
     companion strip [NOTEBOOK...]
+    companion clean --points                  remove the kept sweep points (resume data)
     companion --version
 
 Exit codes of ``run`` and ``build``: 0 every theorem claim held, 1 a notebook failed,
@@ -73,6 +74,10 @@ def _parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="kernel benchmarks")
     bench.add_argument("what", choices=["swr"])
     bench.add_argument("args", nargs=argparse.REMAINDER)
+
+    clean = sub.add_parser("clean", help="remove kept sweep points (what lets a killed run resume)")
+    clean.add_argument("--points", action="store_true", required=True,
+                       help="remove _build/points/ (finished sweep points of interrupted or past runs)")
 
     strip = sub.add_parser("strip", help="remove outputs from chapter notebooks (in place)")
     strip.add_argument("notebooks", nargs="*", type=Path)
@@ -216,6 +221,16 @@ def cmd_bench(book: Book, args) -> int:
     return bench.main(args.args) or OK
 
 
+def cmd_clean(book: Book, args) -> int:
+    import shutil
+
+    points = book.build_dir / "points"
+    size = sum(p.stat().st_size for p in points.rglob("*") if p.is_file()) if points.exists() else 0
+    shutil.rmtree(points, ignore_errors=True)
+    print(f"removed {points} ({size / 1e6:.1f} MB)")
+    return OK
+
+
 def cmd_strip(book: Book, args) -> int:
     paths = args.notebooks or sorted(book.chapter_dir.glob("*.ipynb"))
     for path in paths:
@@ -232,7 +247,7 @@ def cmd_strip(book: Book, args) -> int:
 
 
 COMMANDS = {"list": cmd_list, "run": cmd_run, "params": cmd_params, "status": cmd_status, "build": cmd_build,
-            "seeds": cmd_seeds, "bench": cmd_bench, "strip": cmd_strip}
+            "seeds": cmd_seeds, "bench": cmd_bench, "strip": cmd_strip, "clean": cmd_clean}
 
 
 def main(argv: list[str] | None = None) -> int:

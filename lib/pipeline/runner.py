@@ -13,6 +13,7 @@ editing one paper's module re-runs only the chapters that import it, while the s
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -25,6 +26,7 @@ from pathlib import Path
 
 from lib.claims import failing
 from lib.pipeline.chapters import Book, ChapterSource, UsageError
+from lib.sweep import POINTS_ENV, RUN_KEY_ENV
 from lib.provenance import environment, git_commit
 
 TRACKED_DIRS = ("lib", "kernels")
@@ -183,6 +185,10 @@ def run_chapter(book: Book, chapter: ChapterSource, profile: str = "default",
     started = datetime.now(UTC).isoformat(timespec="seconds")
     t0 = time.perf_counter()
     os.environ["COMPANION_PROFILE"] = profile
+    # Sweep points finished by this run are kept for a rerun with the same parameters (resume).
+    os.environ[POINTS_ENV] = str(book.build_dir / "points" / chapter.slug)
+    os.environ[RUN_KEY_ENV] = _sha(notebook_fingerprint(chapter.path), json.dumps(params, sort_keys=True).encode(),
+                                   environment_fingerprint(book.root))
     try:
         pm.execute_notebook(str(tmp / ".input.ipynb"), str(tmp / f"{chapter.slug}.ipynb"),
                             parameters=injected, kernel_name="python3", cwd=str(tmp),
@@ -249,8 +255,40 @@ def run_tasks(book: Book, tasks: list[tuple[ChapterSource, dict, Path | None]], 
     jobs = max(1, min(jobs, len(tasks)))
     # The cores are split between parallel chapters; COMPANION_THREADS, when set, wins.
     set_threads(int(os.environ.get("COMPANION_THREADS") or 0) or max(1, (os.cpu_count() or 1) // jobs))
-    if scheduler:
+    with _scheduler(scheduler):
+        return _run_tasks(book, tasks, profile, force, jobs, report)
+
+
+@contextlib.contextmanager
+def _scheduler(scheduler: str | None):
+    """Point the chapters' sweeps at a Dask scheduler: an address as given, or ``local[:N]`` for
+    a LocalCluster of N worker processes (default: one per core) started for this run."""
+    if not scheduler:
+        yield
+        return
+    if not (scheduler == "local" or scheduler.startswith("local:")):
         os.environ["COMPANION_SCHEDULER"] = scheduler
+        yield
+        return
+    try:
+        workers = int(scheduler.partition(":")[2] or os.cpu_count() or 1)
+        if workers < 1:
+            raise ValueError
+    except ValueError:
+        raise UsageError(f"--scheduler {scheduler}: expected local or local:N with N ≥ 1") from None
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address=None) as cluster:
+        print(f"started a local Dask cluster with {workers} workers at {cluster.scheduler_address}", flush=True)
+        os.environ["COMPANION_SCHEDULER"] = cluster.scheduler_address
+        try:
+            yield
+        finally:
+            os.environ.pop("COMPANION_SCHEDULER", None)
+
+
+def _run_tasks(book: Book, tasks, profile: str, force: bool, jobs: int, report) -> list[RunResult]:
     if jobs == 1:
         results = []
         for ch, overrides, out in tasks:
