@@ -29,29 +29,25 @@ curriculum, family oracle on the prefix of the current depth) and ``"hint"`` (hi
 curriculum: the first ``k-ℓ`` steps are given, the terminal oracle judges the rest).
 """
 
-from lib.curriculum.one_step import (
-                                     LEARNED,
-                                     n_grid,
-                                     n_star,
-                                     n_star_asymptotic,
-                                     n_star_theory,
-                                     onestep_fast,
-                                     onestep_literal,
-                                     onestep_theory,
-                                     stage_setup,
-                                     sweep_n_star,
-)
+from lib.curriculum.one_step import (LEARNED, curriculum_fast, curriculum_literal,
+                                     curriculum_theory, n_grid, n_star, n_star_asymptotic,
+                                     n_star_theory, onestep_fast, onestep_literal, onestep_theory,
+                                     sampler_check, stage_setup, sweep_n_star, two_proportion_z)
 from lib.curriculum.policy import greedy, reinforce_gradient, sample_paths
-from lib.curriculum.test_time import best_of_n, ltar, rejection_cost, test_time_theory, verification_length
-from lib.curriculum.training import hacking_fraction, judged_correct_probability, samples_to_solve, test_accuracy, train
+from lib.curriculum.test_time import (best_of_n, ltar, rejection_cost, test_time_theory,
+                                      verification_length)
+from lib.curriculum.training import (hacking_fraction, judged_correct_probability,
+                                     samples_to_solve, test_accuracy, train)
 from lib.curriculum.transformer import PositionalTransformer, compare_transformer
-from lib.curriculum.tree import ROUTES, ReasoningTree, base_success, correct_paths, mod_chain, parity
+from lib.curriculum.tree import (ROUTES, ReasoningTree, base_success, correct_paths, mod_chain,
+                                 parity)
 from lib.stats import loglog_slope
 
 __all__ = ["LEARNED", "ROUTES", "PositionalTransformer", "ReasoningTree", "base_success",
-           "best_of_n", "compare_transformer", "correct_paths", "greedy", "hacking_fraction",
+           "best_of_n", "compare_transformer", "correct_paths", "curriculum_fast",
+           "curriculum_literal", "curriculum_theory", "greedy", "hacking_fraction",
            "judged_correct_probability", "loglog_slope", "ltar", "mod_chain", "n_grid", "n_star",
            "n_star_asymptotic", "n_star_theory", "onestep_fast", "onestep_literal",
            "onestep_theory", "parity", "reinforce_gradient", "rejection_cost", "sample_paths",
-           "samples_to_solve", "stage_setup", "sweep_n_star", "test_accuracy", "test_time_theory",
-           "train", "verification_length"]
+           "sampler_check", "samples_to_solve", "stage_setup", "sweep_n_star", "test_accuracy",
+           "test_time_theory", "train", "two_proportion_z", "verification_length"]

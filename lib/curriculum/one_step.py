@@ -9,8 +9,9 @@ import math
 import numpy as np
 from scipy import special
 
-from lib.curriculum.policy import greedy, reinforce_gradient, sample_paths
+from lib.curriculum.policy import greedy, reward_counts, sample_paths
 from lib.curriculum.tree import ROUTES, ReasoningTree
+from lib.stats import softmax
 
 LEARNED = 50.0  # logit margin of an already-learned depth (probability 1 − d·e^{-50})
 
@@ -47,41 +48,112 @@ def stage_setup(tree: ReasoningTree, route: str, stage: int):
     return theta, trained, hinted, length
 
 
-def onestep_literal(tree: ReasoningTree, route: str, n: int, repeats: int,
-                    rng: np.random.Generator, stage: int = 1, lr: float = 1e8,
-                    chunk: int = 1 << 21) -> np.ndarray:
-    """The protocol run literally: per repeat, draw ``n`` rollouts (paths and inputs), query
-    the oracle, take one REINFORCE step of size ``lr`` and check the greedy policy.
+def _reward(tree: ReasoningTree, x: np.ndarray, paths: np.ndarray, oracle: str) -> np.ndarray:
+    """``"answer"``: the outcome oracle (terminal, or family on a prefix: the same rule);
+    ``"chain"``: an idealised verifier that rewards a right chain only (``q = 0``)."""
+    if oracle == "answer":
+        return tree.terminal_reward(x, paths)
+    if oracle == "chain":
+        return tree.is_correct(paths).astype(np.float64)
+    raise ValueError(f"oracle must be 'answer' or 'chain', got {oracle!r}")
 
-    Returns a boolean array ``(repeats,)``: greedy policy right after the step (unique maxima
-    and, for the trained depths, a path that is correct on every input)."""
-    theta0, trained, hinted, length = stage_setup(tree, route, stage)
-    grad = np.zeros((repeats, *theta0.shape))
+
+def _literal_gradient(tree: ReasoningTree, theta0: np.ndarray, trained: np.ndarray,
+                      hinted: np.ndarray, length: int, n: int, rng: np.random.Generator,
+                      chunk: int, oracle: str) -> np.ndarray:
+    """The REINFORCE gradient at ``theta0 (repeats, k, d)`` from ``n`` literal rollouts per
+    repeat (paths from the policy, fresh inputs, the oracle), accumulated over chunks."""
+    repeats = theta0.shape[0]
+    counts = np.zeros_like(theta0)  # Σ_s r_s e_{i_sℓ}: integers, exact in float64
+    total = np.zeros(repeats)  # Σ_s r_s
     per = max(1, chunk // max(1, repeats * tree.k * tree.d))
     done = 0
     while done < n:
         m = min(per, n - done)
-        paths = sample_paths(np.broadcast_to(theta0, (repeats, *theta0.shape)), m, rng)
+        paths = sample_paths(theta0, m, rng)
         paths[..., hinted] = np.asarray(tree.target)[hinted]
-        paths = paths[..., :length]
         x = tree.sample_inputs(rng, (repeats, m))
-        r = tree.terminal_reward(x, paths)  # terminal and family oracles: same rule on the prefix
-        full = np.zeros((repeats, m, tree.k), dtype=np.int64)
-        full[..., :length] = paths
-        # the gradient is linear in the rollouts: accumulate Σ_s r_s ∇ log π over chunks
-        grad += reinforce_gradient(theta0, full, r, trained) * m
+        r = _reward(tree, x, paths[..., :length], oracle)
+        # depths beyond ``length`` are not generated; ``trained`` masks them out below
+        counts += reward_counts(paths, r, tree.d)
+        total += r.sum(axis=-1)
         done += m
-    theta = theta0 + lr * grad / n
+    # the gradient (1/n) Σ_s r_s (e_{i_s} − π) from exact sums, so that equal reward counts
+    # give exactly equal logits (ties stay ties, as the greedy rule requires)
+    grad = (counts - total[:, None, None] * softmax(theta0)) / n
+    return grad * trained[..., None]
+
+
+def onestep_literal(tree: ReasoningTree, route: str, n: int, repeats: int,
+                    rng: np.random.Generator, stage: int = 1, lr: float = 1e8,
+                    chunk: int = 1 << 21, oracle: str = "answer", detail: bool = False):
+    """The protocol run literally: per repeat, draw ``n`` rollouts (paths and inputs), query
+    the oracle, take one REINFORCE step of size ``lr`` and check the greedy policy.
+
+    Returns a boolean array ``(repeats,)``: greedy policy right after the step (unique maxima
+    and, for the trained depths, a path that is correct on every input).  With ``detail``, a
+    dict with that array (``"right"``) and ``"first"``: the first trained depth's greedy choice
+    is the target's, uniquely."""
+    theta0, trained, hinted, length = stage_setup(tree, route, stage)
+    theta0 = np.broadcast_to(theta0, (repeats, *theta0.shape))
+    grad = _literal_gradient(tree, theta0, trained, hinted, length, n, rng, chunk, oracle)
+    theta = theta0 + lr * grad
     path, unique = greedy(theta)
     ok = unique[..., trained > 0].all(axis=-1)
-    if route == "direct":
-        return ok & tree.is_correct(path)
     depth = int(np.flatnonzero(trained)[0])
-    return ok & (path[..., depth] == tree.target[depth])
+    if route == "direct":
+        right = ok & tree.is_correct(path)
+    else:
+        right = ok & (path[..., depth] == tree.target[depth])
+    if not detail:
+        return right
+    return {"right": right, "first": unique[..., depth] & (path[..., depth] == tree.target[depth])}
+
+
+def curriculum_literal(tree: ReasoningTree, route: str, n: int, repeats: int,
+                       rng: np.random.Generator, lr: float = 1e8, chunk: int = 1 << 21,
+                       oracle: str = "answer") -> dict:
+    """A whole curriculum run literally, each stage from the policy the previous stage produced.
+
+    Stage ``ℓ = 1..k`` of the ``depth`` (or ``hint``) curriculum draws ``n`` rollouts from the
+    current logits (the depths learned so far as they came out of their own finite-sample
+    step, the new depth uniform), queries the family (or terminal) oracle, and takes one
+    REINFORCE step of size ``lr`` on the new depth only.  A stage that chose wrong leaves the
+    later stages without a right prefix (or suffix) to find: errors carry over.
+
+    Returns ``"right"`` (repeats,): the final greedy chain is right with unique maxima, and
+    ``"stage_right"`` (repeats, k): each stage's new depth came out right."""
+    if route not in ("depth", "hint"):
+        raise ValueError(f"route must be 'depth' or 'hint', got {route!r}")
+    k = tree.k
+    theta = np.zeros((repeats, k, tree.d))
+    stage_right = np.zeros((repeats, k), dtype=bool)
+    for stage in range(1, k + 1):
+        _, trained, hinted, length = stage_setup(tree, route, stage)
+        theta = theta + lr * _literal_gradient(tree, theta, trained, hinted, length, n, rng,
+                                               chunk, oracle)
+        depth = int(np.flatnonzero(trained)[0])
+        path, unique = greedy(theta[:, depth])
+        stage_right[:, stage - 1] = unique & (path == tree.target[depth])
+    path, unique = greedy(theta)
+    return {"right": unique.all(axis=-1) & tree.is_correct(path), "stage_right": stage_right}
+
+
+def _arm_counts(d: int, depths: int, q: float, n: int, repeats: int, rng: np.random.Generator,
+                hit=None) -> np.ndarray:
+    """Reward per arm ``R (repeats, depths, d)`` after ``n`` rollouts from uniform depths, arm 0
+    the target: ``M ~ Bin(n, q)`` coin-rewarded rollouts spread as a multinomial per depth,
+    plus ``H ~ Bin(n − M, hit)`` right rollouts on the target arm of every depth."""
+    hit = float(d) ** -depths if hit is None else hit
+    M = rng.binomial(n, q, size=repeats)
+    H = rng.binomial(n - M, hit)
+    C = rng.multinomial(np.repeat(M, depths).reshape(repeats, depths), np.full(d, 1.0 / d))
+    C[..., 0] += H[:, None]
+    return C
 
 
 def onestep_fast(d: int, depths: int, q: float, n: int, repeats: int,
-                 rng: np.random.Generator) -> np.ndarray:
+                 rng: np.random.Generator, detail: bool = False):
     """The same protocol through its sufficient statistic (exact in law, cost independent of n).
 
     Holds for a tree with a single correct path whose wrong paths are rewarded with
@@ -92,13 +164,39 @@ def onestep_fast(d: int, depths: int, q: float, n: int, repeats: int,
     ``c_s ~ Bernoulli(q)`` independent of the path: the ``M ~ Bin(n, q)`` coin-rewarded
     rollouts fall on arms as independent multinomials per depth, and the ``H ~ Bin(n − M,
     d^{-depths})`` right rollouts among the others add to the target arm at every depth.
+    ``detail`` as in :func:`onestep_literal`.
     """
-    M = rng.binomial(n, q, size=repeats)
-    H = rng.binomial(n - M, float(d) ** -depths)
-    C = rng.multinomial(np.repeat(M, depths).reshape(repeats, depths), np.full(d, 1.0 / d))
-    target = C[..., 0] + H[:, None]  # arm 0 is the target (arms are exchangeable)
-    rivals = C[..., 1:].max(axis=-1)
-    return np.all(target > rivals, axis=-1)
+    R = _arm_counts(d, depths, q, n, repeats, rng)
+    wins = R[..., 0] > R[..., 1:].max(axis=-1)  # arm 0 is the target (arms are exchangeable)
+    right = np.all(wins, axis=-1)
+    return {"right": right, "first": wins[:, 0]} if detail else right
+
+
+def curriculum_fast(d: int, k: int, q: float, n: int, repeats: int, rng: np.random.Generator,
+                    lr: float = 1e8) -> dict:
+    """:func:`curriculum_literal` through the sufficient statistic, exact in law for a tree with
+    a single right chain whose wrong chains are rewarded with probability ``q`` per rollout.
+
+    At a stage, the judged rollout is right iff the new depth's choice is right (probability
+    ``1/d``) and the depths learned earlier (drawn from the logits their own stages produced)
+    are right, with probability ``ρ = Π π_j(target)``.  So the stage is the one-depth bandit of
+    :func:`onestep_fast` with hit probability ``ρ/d``; its step sets the new depth's logits to
+    ``(lr/n)·R`` up to a constant, and ``ρ`` is multiplied by their softmax at the target."""
+    rho = np.ones(repeats)
+    stage_right = np.zeros((repeats, k), dtype=bool)
+    for s in range(k):
+        R = _arm_counts(d, 1, q, n, repeats, rng, hit=rho / d)[:, 0]  # (repeats, d)
+        stage_right[:, s] = R[:, 0] > R[:, 1:].max(axis=-1)
+        logits = (lr / n) * (R - R.max(axis=-1, keepdims=True))
+        rho = rho * softmax(logits)[:, 0]
+    return {"right": stage_right.all(axis=-1), "stage_right": stage_right}
+
+
+def curriculum_theory(d: int, k: int, q: float, n: float) -> float:
+    """Success probability of a whole curriculum with ``n`` samples per stage: every stage is
+    the one-depth bandit (learned depths are right with probability ≈ 1 after a large step)
+    and must come out right, ``P(n) = P_stage(n)^k`` with ``P_stage`` of :func:`onestep_theory`."""
+    return onestep_theory(d, 1, q, n) ** k
 
 
 def onestep_theory(d: int, depths: int, q: float, n: float, points: int = 121) -> float:
@@ -171,11 +269,15 @@ def n_star(success_rate, n_max: float, target: float = 0.99, per_octave: int = 8
 
 
 def n_star_theory(d: int, depths: int, q: float, target: float = 0.99,
-                  n_max: float = 1e14, rel: float = 1e-3) -> float:
+                  n_max: float = 1e14, rel: float = 1e-3, stages: int = 1) -> float:
     """``n*`` of :func:`onestep_theory` on a continuous scale: bracket around the asymptotic
-    estimate, then bisect in log n to relative precision ``rel``."""
+    estimate, then bisect in log n to relative precision ``rel``.  ``stages > 1`` (with
+    ``depths = 1``): the per-stage ``n*`` of a whole curriculum, :func:`curriculum_theory`."""
+    if stages > 1 and depths != 1:
+        raise ValueError("a curriculum's stages each sample one depth")
+
     def ok(log_n: float) -> bool:
-        return onestep_theory(d, depths, q, math.exp(log_n)) >= target
+        return onestep_theory(d, depths, q, math.exp(log_n)) ** stages >= target
 
     guess = math.log(n_star_asymptotic(d, depths, q))
     lo, hi = guess - 2.0, guess + 1.0
@@ -209,23 +311,71 @@ def n_star_asymptotic(d: float, depths: int, q: float, delta: float = 0.01) -> f
 
 def sweep_n_star(ds, ks, q: float, route: str, repeats: int, seeds, n_max: float,
                  seed: int = 0) -> dict:
-    """Measured ``n*`` for every ``(k, d, stage, seed)`` with the sufficient-statistic sampler.
+    """Measured ``n*`` for every ``(k, d, stage, seed)`` with the sufficient-statistic samplers.
 
-    ``route="direct"``: one entry per (k, d, seed).  ``route="curriculum"``: ``k`` stages per
-    (k, d, seed), each a one-step run from its own uniform depth.  Returns a dict with an array
-    ``n_star[k_index, d_index, stage, seed]`` (stage axis of length max(ks); NaN where absent,
-    inf where censored)."""
+    ``route="direct"``: one entry per (k, d, seed).  ``route="curriculum"``: one entry per
+    (k, d, seed), the *total* ``k·n`` of a whole curriculum run stage after stage from the
+    policies the earlier stages produced (:func:`curriculum_fast`), ``n`` the smallest
+    per-stage budget whose final chain is right in ≥ 99% of the repeats.  ``route="stages"``:
+    ``k`` entries per (k, d, seed), each stage measured on its own from exactly learned earlier
+    depths (the independent-stage computation).  Returns a dict with an array
+    ``n_star[k_index, d_index, stage, seed]`` (stage axis of length max(ks) for ``stages``, 1
+    otherwise; NaN where absent, inf where censored)."""
+    if route not in ("direct", "curriculum", "stages"):
+        raise ValueError(f"route must be direct, curriculum or stages, got {route!r}")
     ds, ks, seeds = list(ds), list(ks), list(seeds)
-    n_stage = max(ks) if route != "direct" else 1
+    n_stage = max(ks) if route == "stages" else 1
+    stream = {"direct": 0, "stages": 1, "curriculum": 2}[route]
     out = np.full((len(ks), len(ds), n_stage, len(seeds)), np.nan)
     for a, k in enumerate(ks):
         for b, d in enumerate(ds):
-            for stage in range(1 if route == "direct" else k):
+            for stage in range(k if route == "stages" else 1):
                 for c, s in enumerate(seeds):
-                    rng = np.random.default_rng([seed, a, b, stage, s, 0 if route == "direct" else 1])
-                    depths = k if route == "direct" else 1
-                    def rate(n, d=d, depths=depths, rng=rng):
-                        return onestep_fast(d, depths, q, n, repeats, rng).mean()
+                    rng = np.random.default_rng([seed, a, b, stage, s, stream])
+                    if route == "curriculum":
+                        def rate(n, d=d, k=k, rng=rng):
+                            return curriculum_fast(d, k, q, n, repeats, rng)["right"].mean()
 
-                    out[a, b, stage, c] = n_star(rate, n_max)
+                        out[a, b, 0, c] = k * n_star(rate, n_max / k)
+                    else:
+                        depths = k if route == "direct" else 1
+
+                        def rate(n, d=d, depths=depths, rng=rng):
+                            return onestep_fast(d, depths, q, n, repeats, rng).mean()
+
+                        out[a, b, stage, c] = n_star(rate, n_max)
     return {"ds": ds, "ks": ks, "route": route, "n_star": out}
+
+
+def two_proportion_z(k1: float, n1: int, k2: float, n2: int) -> float:
+    """|z| of two binomial proportions ``k1/n1`` and ``k2/n2`` with the pooled variance (0 when
+    both are 0 or both are 1)."""
+    p = (k1 + k2) / (n1 + n2)
+    var = p * (1 - p) * (1 / n1 + 1 / n2)
+    return float(abs(k1 / n1 - k2 / n2) / math.sqrt(var)) if var > 0 else 0.0
+
+
+def sampler_check(tree: ReasoningTree, route: str, n: int, repeats: int,
+                  rng: np.random.Generator, oracle: str = "answer", fast_factor: int = 20) -> dict:
+    """The literal protocol against its sufficient-statistic sampler at one cell: the direct
+    one-step protocol (``route="direct"``) or a whole sequential curriculum (``"depth"``,
+    ``"hint"``), with ``repeats`` literal and ``fast_factor·repeats`` sampler repeats.  Two
+    proportions are compared: the final greedy chain is right (``"right"``), and the first
+    learned depth is right (``"first"``: depth 1 for the direct step, the first stage for a
+    curriculum), which stays informative at sample sizes too small for a whole chain.
+    Returns the four rates and the largest two-proportion |z|."""
+    q = tree.q if oracle == "answer" else 0.0
+    big = fast_factor * repeats
+    if route == "direct":
+        lit = onestep_literal(tree, "direct", n, repeats, rng, oracle=oracle, detail=True)
+        fast = onestep_fast(tree.d, tree.k, q, n, big, rng, detail=True)
+    else:
+        lit = curriculum_literal(tree, route, n, repeats, rng, oracle=oracle)
+        fast = curriculum_fast(tree.d, tree.k, q, n, big, rng)
+        lit = {"right": lit["right"], "first": lit["stage_right"][:, 0]}
+        fast = {"right": fast["right"], "first": fast["stage_right"][:, 0]}
+    out = {f"{side}_{what}": float(v[what].mean()) for side, v in (("literal", lit), ("fast", fast))
+           for what in ("right", "first")}
+    out["z"] = max(two_proportion_z(lit[w].sum(), repeats, fast[w].sum(), big)
+                   for w in ("right", "first"))
+    return out

@@ -19,6 +19,18 @@ def sample_paths(logits: np.ndarray, n: int, rng: np.random.Generator,
     return idx.astype(np.int64)
 
 
+def reward_counts(paths: np.ndarray, rewards: np.ndarray, d: int) -> np.ndarray:
+    """``Σ_s r_s e_{i_sℓ}`` for every batch entry and depth, ``(..., k, d)``, as one weighted
+    bincount: ``paths (..., n, k)``, ``rewards (..., n)``.  Exact for 0/1 rewards."""
+    batch, (n, k) = paths.shape[:-2], paths.shape[-2:]
+    r = np.broadcast_to(rewards, (*batch, n))
+    b = int(np.prod(batch, dtype=np.int64))
+    slot = (np.arange(b)[:, None, None] * k + np.arange(k)) * d + paths.reshape(b, n, k)
+    weights = np.broadcast_to(r.reshape(b, n, 1), (b, n, k))
+    counts = np.bincount(slot.ravel(), weights.ravel(), minlength=b * k * d)
+    return counts.reshape(*batch, k, d)
+
+
 def reinforce_gradient(logits: np.ndarray, paths: np.ndarray, rewards: np.ndarray,
                        trained: np.ndarray | None = None, baseline: bool = False) -> np.ndarray:
     """Monte-Carlo REINFORCE gradient of the expected reward, ``(1/n) Σ_s (r_s − b) ∇ log π``.
@@ -27,15 +39,10 @@ def reinforce_gradient(logits: np.ndarray, paths: np.ndarray, rewards: np.ndarra
     ``trained (..., k)`` masks the depths that were sampled and learn (others get 0).
     ``baseline``: subtract the batch's mean reward.
     """
-    batch, (n, k), d = paths.shape[:-2], paths.shape[-2:], logits.shape[-1]
+    n = paths.shape[-2]
     r = rewards - rewards.mean(axis=-1, keepdims=True) if baseline else rewards
-    r = np.broadcast_to(r, (*batch, n))
-    # Σ_s r_s e_{i_sℓ} for every batch entry and depth, as one weighted bincount
-    b = int(np.prod(batch, dtype=np.int64))
-    slot = (np.arange(b)[:, None, None] * k + np.arange(k)) * d + paths.reshape(b, n, k)
-    weights = np.broadcast_to(r.reshape(b, n, 1), (b, n, k))
-    counts = np.bincount(slot.ravel(), weights.ravel(), minlength=b * k * d)
-    onehot_sum = counts.reshape(*batch, k, d) / n
+    r = np.broadcast_to(r, (*paths.shape[:-2], n))
+    onehot_sum = reward_counts(paths, r, logits.shape[-1]) / n
     grad = onehot_sum - r.mean(axis=-1)[..., None, None] * softmax(logits)
     if trained is not None:
         grad = grad * trained[..., None]

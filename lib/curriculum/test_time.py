@@ -15,12 +15,23 @@ def rejection_cost(c: float, q: float, m: int) -> dict:
 
         P(accept) per candidate = c + (1−c)q^m,  E[candidates] = 1 / P(accept),
         E[calls] = (c·m + (1−c)(1−q^m)/(1−q)) · E[candidates]           (Wald),
-        P(the accepted candidate is right) = c / P(accept)."""
+        P(the accepted candidate is right) = c / P(accept).
+
+    Variances (``calls_var``, ``candidates_var``): the accepted candidate uses ``m`` calls; the
+    ``N − 1 ~ Geometric`` rejected ones before it use ``Y`` calls each, i.i.d. with
+    ``P(Y = j) ∝ q^{j−1}(1−q)``, ``j = 1..m``, independent of ``N`` and of which candidate is
+    accepted; so ``Var = E[N−1]·Var Y + Var(N−1)·(E Y)²``."""
     p_acc = c + (1 - c) * q**m
     per_wrong = (1 - q**m) / (1 - q) if q < 1 else m
     cands = 1 / p_acc
+    j = np.arange(1, m + 1)
+    w = q ** (j - 1) * (1 - q)
+    w = w / w.sum() if w.sum() > 0 else np.eye(m)[-1]
+    ey, ey2 = float(w @ j), float(w @ j**2)
+    n_rej, var_rej = (1 - p_acc) / p_acc, (1 - p_acc) / p_acc**2
     return {"candidates": cands, "calls": (c * m + (1 - c) * per_wrong) * cands,
-            "success": c / p_acc}
+            "success": c / p_acc, "candidates_var": var_rej,
+            "calls_var": n_rej * (ey2 - ey**2) + var_rej * ey**2}
 
 
 def verification_length(c: float, q: float, delta: float, stages: int = 1) -> int:
@@ -53,9 +64,18 @@ def test_time_theory(tree: ReasoningTree, delta: float = 0.01) -> dict:
     reach = s ** np.arange(tree.k)  # P(prefix right when depth ℓ starts)
     calls = float(np.sum(reach * right["calls"] + (1 - reach) * stuck["calls"]))
     steps = float(np.sum(reach * right["candidates"] + (1 - reach) * stuck["candidates"]))
-    return {"best_of_n": {"m": m_b, "calls": best["calls"], "steps": tree.k * best["candidates"],
-                          "success": best["success"]},
-            "ltar": {"m": m_l, "calls": calls, "steps": steps, "success": s**tree.k}}
+    k = tree.k
+    # depths run with a right prefix: τ = j with probability s^{j−1}(1−s) (j < k), s^{k−1} (j = k)
+    p_tau = np.append(s ** np.arange(k - 1) * (1 - s), s ** (k - 1))
+    tau = np.arange(1, k + 1)
+    mean_tau = tau * right["calls"] + (k - tau) * stuck["calls"]
+    var_tau = tau * right["calls_var"] + (k - tau) * stuck["calls_var"]
+    calls_var = float(p_tau @ var_tau + p_tau @ (mean_tau - calls) ** 2)
+    return {"best_of_n": {"m": m_b, "calls": best["calls"], "calls_var": best["calls_var"],
+                          "steps": k * best["candidates"], "success": best["success"]},
+            "ltar": {"m": m_l, "calls": calls, "calls_var": calls_var, "steps": steps,
+                     "success": s**k, "clean": float(p_tau[-1]),
+                     "clean_calls": k * right["calls"], "clean_calls_var": k * right["calls_var"]}}
 
 
 def _verify(tree, rng, cand, L, m):
@@ -111,18 +131,23 @@ def ltar(tree: ReasoningTree, m: int, repeats: int, rng: np.random.Generator,
          block: int = 64) -> dict:
     """Layer-wise accept/reject with the family oracle, run literally: at depth ℓ keep the
     committed prefix, draw children from the uniform base, verify the depth-ℓ prefix with up
-    to ``m`` family-oracle calls each, commit the first that passes, go one level deeper."""
+    to ``m`` family-oracle calls each, commit the first that passes, go one level deeper.
+    Per repeat: calls, generated steps, whether the chain is right, and ``clean``: every depth
+    started from a right prefix (no false commit before the last depth)."""
     prefix = np.zeros((repeats, 0), dtype=np.int64)
     calls = np.zeros(repeats)
     steps = np.zeros(repeats)
+    clean = np.ones(repeats, dtype=bool)  # every depth so far started from a right prefix
     for ell in range(1, tree.k + 1):
         def propose(active, b, prefix=prefix, ell=ell):
             child = rng.integers(0, tree.d, size=(active.size, b, 1))
             return np.concatenate([np.broadcast_to(prefix[active][:, None, :],
                                                    (active.size, b, ell - 1)), child], axis=-1)
 
+        if ell > 1:
+            clean &= tree.is_correct(prefix)
         path, c, n = _rejection_run(tree, rng, repeats, propose, ell, m, block)
         prefix = path
         calls += c
         steps += n
-    return {"calls": calls, "steps": steps, "right": tree.is_correct(prefix)}
+    return {"calls": calls, "steps": steps, "right": tree.is_correct(prefix), "clean": clean}
