@@ -64,3 +64,26 @@ def test_rebuild_with_nothing_changed_is_all_cache_hits(default_book):
     assert again.returncode in (0, 2)
     assert again.stdout.count("cached (") == len(CHAPTERS), again.stdout
     assert "book up to date" in again.stdout
+
+
+REPRS = ("PosixPath(", "Claim(", "array(", "np.float64(", "dtype=", "<Figure size", "<matplotlib.",
+         "Axes(", "claims recorded")
+
+
+@pytest.mark.parametrize("slug", CHAPTERS)
+def test_executed_chapter_prints_no_reprs(default_book, slug):
+    """A reader sees figures, formatted tables and sentences, not Python reprs."""
+    nb = json.loads((ROOT / "_build" / "runs" / "default" / slug / f"{slug}.ipynb").read_text())
+    found = []
+    for i, cell in enumerate(nb["cells"]):
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "stream":
+                text = "".join(out.get("text", ""))
+            elif "text/html" in out.get("data", {}) or "image/png" in out.get("data", {}):
+                continue  # formatted tables and figures
+            else:
+                text = "".join(out.get("data", {}).get("text/plain", ""))
+                if text.startswith(("{", "[", "(")) and out.get("output_type") == "execute_result":
+                    found.append(f"cell {i}: a bare container {text[:60]!r}")
+            found += [f"cell {i}: {r} in {text[:80]!r}" for r in REPRS if r in text]
+    assert not found, f"{slug}:\n" + "\n".join(found)
