@@ -106,6 +106,16 @@ def test_params_prints_flat_yaml_for_papermill_and_version():
     assert version.returncode == 0 and version.stdout.startswith("companion ")
 
 
+def test_a_device_this_machine_lacks_is_a_usage_error():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    out = companion("run", "10", "-p", "device", "cuda", "--dry-run", timeout=120)
+    assert out.returncode == 64 and "'cuda' is not available" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
 def test_unwritable_out_is_one_line_exit_64(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("")

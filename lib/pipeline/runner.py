@@ -156,7 +156,24 @@ def resolve(book: Book, chapter: ChapterSource, profile: str, overrides: dict[st
         raise UsageError("set the output directory with --out DIR, not -p out_dir")
     params = chapter.resolve(book.profile(profile, chapter), overrides)
     params.pop("out_dir", None)
+    if params.get("device", "cpu") != "cpu":
+        _check_device(str(params["device"]))
     return params
+
+
+def _check_device(device: str) -> None:
+    """A chapter's ``device`` must exist on this machine before anything runs."""
+    import torch
+
+    try:
+        dev = torch.device(device)
+        ok = dev.type == "cpu" or (dev.type == "cuda" and torch.cuda.is_available()
+                                   and (dev.index or 0) < torch.cuda.device_count()) \
+            or (dev.type == "mps" and torch.backends.mps.is_available())
+    except RuntimeError:
+        ok = False
+    if not ok:
+        raise UsageError(f"parameter 'device': {device!r} is not available on this machine")
 
 
 def run_chapter(book: Book, chapter: ChapterSource, profile: str = "default",
