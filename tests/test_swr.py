@@ -93,11 +93,40 @@ def test_gradients_match_autograd_of_reference(impl):
         assert (g - g_ref).abs().max() <= 1e-10
 
 
+DECODE_IMPLS = ["torch", "compiled"] if "compiled" in FAST else ["torch"]
+
+
+@pytest.mark.parametrize("impl", DECODE_IMPLS)
 @pytest.mark.parametrize("L", [1, 15, 16, 17, 50])
-def test_decode_equals_batch(L):
+def test_decode_equals_batch(L, impl):
     a, x = _inputs(2, 3, L, 4, seed=5)
-    y = SWRState(2, 3, 4, block=BLOCK, dtype=torch.float64).run(a, x)
+    state = SWRState(2, 3, 4, block=BLOCK, dtype=torch.float64, impl=impl)
+    assert state.impl == impl
+    y = state.run(a, x)
     assert (y - swr(a, x, impl="reference")).abs().max() <= 1e-12
+
+
+@pytest.mark.skipif("compiled" not in DECODE_IMPLS, reason="numba not installed")
+def test_compiled_decode_mixes_with_autograd_steps_and_casts_inputs():
+    """Steps that need gradients take the tensor-operation path; later steps go back to the
+    compiled one on the state those left; float64 inputs to a float32 state are cast."""
+    a, x = _inputs(1, 2, 40, 3, seed=6)
+    ref = swr(a, x, block=8, impl="reference")
+    state = SWRState(1, 2, 3, block=8, dtype=torch.float64)
+    ys = []
+    for i in range(40):
+        u_t = x[..., i, :].clone().requires_grad_(10 <= i < 20)
+        ys.append(state.step(a[..., i], u_t).detach())
+        if i == 19:  # leave the autograd graph behind, as a generation loop would
+            state.h, state.c_prev, state.r = (t.detach() for t in (state.h, state.c_prev, state.r))
+    assert (torch.stack(ys, dim=-2) - ref).abs().max() <= 1e-12
+    y32 = SWRState(1, 2, 3, block=8).run(a, x)  # float32 state, float64 inputs
+    assert y32.dtype == torch.float32 and (y32.double() - ref).abs().max() <= 1e-5
+
+
+def test_decode_rejects_bad_impl():
+    with pytest.raises(ValueError, match="impl"):
+        SWRState(1, 1, 1, impl="fast")
 
 
 @pytest.mark.parametrize("impl", ["reference", "compiled"])
