@@ -89,6 +89,32 @@ def test_dpo_limit_under_bradley_terry_is_the_kl_regularised_policy(setup):
         np.testing.assert_allclose(pol, want / want.sum(), atol=1e-7)
 
 
+def test_bt_misfit_zero_only_under_bradley_terry_and_win_rates_always_match(setup):
+    pi, prefs = setup
+    for pref in prefs:
+        for beta in (0.5, 1.0):
+            pol = D.fit_dpo_categorical(pi, D.expected_pairs(pi, pref), beta)
+            m = D.bt_misfit(pi, pref, pol, beta)
+            assert m["max_win_rate"] < 1e-7                     # stationarity of the logistic fit
+            if pref.name == "Bradley–Terry":
+                assert m["max_pair"] < 1e-7
+    cyc = next(p for p in prefs if p.name.startswith("intransitive"))
+    pol = D.fit_dpo_categorical(pi, D.expected_pairs(pi, cyc), 1.0)
+    assert D.bt_misfit(pi, cyc, pol)["max_pair"] > 0.2          # no BT model fits a cycle
+    # a policy that is not DPO's limit misses the win rates
+    assert D.bt_misfit(pi, cyc, pi)["max_win_rate"] > 1e-3
+
+
+def test_empirical_winners_constant_matches_monte_carlo(setup):
+    pi, prefs = setup
+    target = D.paired_target(pi, prefs[2])
+    N = 4000
+    rng = np.random.default_rng(5)
+    tvs = [D.tv(rng.multinomial(N, target) / N, target) for _ in range(2000)]
+    assert np.mean(tvs) * np.sqrt(N) == pytest.approx(D.empirical_winners_tv_constant(target),
+                                                      rel=0.05)
+
+
 def test_kto_fit_is_stationary(setup):
     pi, prefs = setup
     q = prefs[1].P @ pi
