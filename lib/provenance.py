@@ -61,8 +61,13 @@ def summary(parameters: dict, stopwatch: Stopwatch | None = None):
     """A small table for the end of a chapter: commit, environment, parameters, runtime."""
     import pandas as pd
 
+    import json
+
     rows = {"commit": git_commit(), **{k: str(v) for k, v in environment().items()}}
     if stopwatch is not None:
         rows["runtime (s, this kernel)"] = f"{stopwatch.elapsed:.1f}"
-    rows.update({f"parameter {k}": repr(v) for k, v in parameters.items()})
-    return pd.DataFrame({"value": rows})
+    rows.update({f"parameter {k}": v if isinstance(v, str) else json.dumps(v)
+                 for k, v in parameters.items() if k != "out_dir"})
+    table = pd.DataFrame({"value": rows})
+    table.index.name = "provenance"
+    return table
