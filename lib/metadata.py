@@ -47,17 +47,23 @@ class Vocab:
         return self.n_terminals + 3 + self.depth * self.n_sets
 
 
-def encode(vocab: Vocab, strings, js: np.ndarray, show: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token ids and targets ``(B, 1 + D + n_max + 1)``; ``show[b]`` says whether sample ``b``
-    carries its metadata. Targets are IGNORE except for terminals and EOS."""
+def encode(vocab: Vocab, strings, js: np.ndarray, dm) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids and targets ``(B, 1 + D + n_max + 1)``. ``dm`` (an int, or one per sample) is
+    the metadata depth: levels ``0 … dm−1`` carry their tokens, the other ``D − dm`` slots hold
+    [MASK] (``dm = 0``: fully masked). Targets are IGNORE except for terminals and EOS."""
     D = vocab.depth
-    n_max = max(len(s) for s in strings)
+    dm = np.broadcast_to(np.asarray(dm, dtype=int), (len(strings),))
+    lengths = np.asarray([len(s) for s in strings])
+    n_max = lengths.max()
     L = 1 + D + n_max + 1
     tokens = np.full((len(strings), L), vocab.eos)
     targets = np.full((len(strings), L), IGNORE)
     tokens[:, 0] = vocab.bos
-    for b, (s, j) in enumerate(zip(strings, js)):
-        tokens[b, 1 : 1 + D] = [vocab.meta(d, j[d]) if show[b] else vocab.mask for d in range(D)]
+    js = np.asarray(js).reshape(len(strings), D)
+    levels = np.arange(D)
+    meta = vocab.n_terminals + 3 + levels[None, :] * vocab.n_sets + js
+    tokens[:, 1 : 1 + D] = np.where(levels[None, :] < dm[:, None], meta, vocab.mask)
+    for b, s in enumerate(strings):
         tokens[b, 1 + D : 1 + D + len(s)] = s
         # input index D + t predicts token index D + t + 1 (x_t, then EOS at t = n)
         targets[b, D : D + len(s)] = s
@@ -65,37 +71,86 @@ def encode(vocab: Vocab, strings, js: np.ndarray, show: np.ndarray) -> tuple[tor
     return torch.as_tensor(tokens), torch.as_tensor(targets)
 
 
-def train(lang: Language, *, with_metadata: bool, steps: int, batch: int, seed: int, d_model: int = 64,
-          n_layers: int = 2, n_heads: int = 4, lr: float = 3e-3, show_prob: float = 0.5,
-          device: str = "cpu") -> Decoder:
-    """Train on fresh samples each step. With metadata, each sample shows its metadata with
-    probability ``show_prob`` (else all slots are masked); without, every slot is masked."""
+def _chunked_loss(model: Decoder, vocab: Vocab, strings, js, dm: int, chunks: int, device: str):
+    """Mean next-token loss of a batch, computed on ``chunks`` length-sorted pieces (each padded
+    only to its own longest string; the result equals the unchunked mean)."""
+    order = np.argsort([len(s) for s in strings], kind="stable")
+    total, count = 0.0, 0
+    for part in np.array_split(order, chunks):
+        if len(part) == 0:
+            continue
+        tokens, targets = encode(vocab, [strings[i] for i in part], js[part], dm)
+        logits = model(tokens.to(device))
+        t = targets.to(device).flatten()
+        total = total + F.cross_entropy(logits.flatten(0, 1), t, ignore_index=IGNORE, reduction="sum")
+        count += int((t != IGNORE).sum())
+    return total / count
+
+
+@dataclass
+class History:
+    """Held-out loss during training: ``steps`` and, per metadata depth shown at evaluation,
+    the per-sample, per-position losses ``(len(steps), B, n_max + 1)``."""
+
+    steps: list
+    losses: dict
+
+
+def train(lang: Language, *, dm: int, steps: int, batch: int, seed: int, d_model: int = 64,
+          n_layers: int = 2, n_heads: int = 4, lr: float = 3e-3, warmup: float = 0.1,
+          chunks: int = 2, log_every: int = 0, log_set=None, log_dms=(0,), device: str = "cpu"):
+    """Train on fresh samples each step; return the model and its :class:`History`.
+
+    Every step draws ``batch`` fully masked sequences from a stream that depends only on
+    ``seed``, so the baseline (``dm = 0``) and every metadata model of the same seed see the
+    *same* masked sequences. A metadata model (``dm ≥ 1``) additionally draws ``batch``
+    sequences from a second stream that show their first ``dm`` levels; its loss is the mean
+    over the masked sequences plus the mean over the shown ones (each part weighted as the
+    baseline's whole loss). AdamW with a one-cycle schedule (linear warm-up over ``warmup`` of
+    the steps, cosine decay). ``log_set = (strings, js)`` is evaluated every ``log_every`` steps
+    at each depth in ``log_dms``."""
     torch.manual_seed(seed)
-    rng = np.random.default_rng([seed, 1])
+    masked_rng = np.random.default_rng([seed, 1])
+    shown_rng = np.random.default_rng([seed, 2])
     g = lang.grammar
     vocab = Vocab(g.n_terminals, g.depth, g.n_sets)
     model = Decoder(vocab.size, d_model, n_layers, n_heads).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.1)
-    for _ in range(steps):
-        strings, js = lang.sample(batch, rng)
-        show = rng.random(batch) < show_prob if with_metadata else np.zeros(batch, dtype=bool)
-        tokens, targets = encode(vocab, strings, js, show)
-        logits = model(tokens.to(device))
-        loss = F.cross_entropy(logits.flatten(0, 1), targets.to(device).flatten(), ignore_index=IGNORE)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=warmup)
+    history = History([], {k: [] for k in log_dms})
+
+    def log(step):
+        if log_every and log_set is not None:
+            history.steps.append(step)
+            for k in log_dms:
+                history.losses[k].append(evaluate(model, g, *log_set, dm=k, device=device)[0])
+            model.train()
+
+    for step in range(steps):
+        if log_every and step % log_every == 0:
+            log(step)
+        strings, js = lang.sample(batch, masked_rng)
+        loss = _chunked_loss(model, vocab, strings, js, 0, chunks, device)
+        if dm > 0:
+            strings, js = lang.sample(batch, shown_rng)
+            loss = loss + _chunked_loss(model, vocab, strings, js, dm, chunks, device)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         sched.step()
-    return model.eval()
+    log(steps)
+    history.losses = {k: np.stack(v) for k, v in history.losses.items()} if history.steps else {}
+    return model.eval(), history
 
 
 @torch.no_grad()
-def evaluate(model: Decoder, grammar: Grammar, strings, js: np.ndarray, show: bool, device: str = "cpu"):
+def evaluate(model: Decoder, grammar: Grammar, strings, js: np.ndarray, dm: int, device: str = "cpu"):
     """Per-sample, per-position next-token loss ``(B, n_max + 1)`` (NaN past the end) and the
-    hidden states at the terminal positions ``(B, n_max + 1, d_model)``."""
+    hidden states at the terminal positions ``(B, n_max + 1, d_model)``, with the first ``dm``
+    metadata levels shown."""
+    model.eval()
     vocab = Vocab(grammar.n_terminals, grammar.depth, grammar.n_sets)
-    tokens, targets = encode(vocab, strings, js, np.full(len(strings), show))
+    tokens, targets = encode(vocab, strings, js, dm)
     logits, hidden = model(tokens.to(device), return_hidden=True)
     D = grammar.depth
     nll = F.cross_entropy(logits.transpose(1, 2), targets.to(device), ignore_index=IGNORE, reduction="none")

@@ -21,6 +21,7 @@ are checked against brute-force enumeration of every derivation on a small gramm
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections import defaultdict
 from dataclasses import dataclass
@@ -56,9 +57,10 @@ class Grammar:
 
 
 def random_grammar(depth: int = 3, nonterminals: int = 3, terminals: int = 4, n_sets: int = 2,
-                   n_rules: int = 2, seed: int = 0) -> Grammar:
-    """A random layered grammar (right-hand sides of length 2 or 3, uniform over the next level).
-    Productions of one nonterminal are distinct within a rule set."""
+                   n_rules: int = 2, seed: int = 0, rhs_lengths: tuple[int, ...] = (2, 3)) -> Grammar:
+    """A random layered grammar: right-hand sides of a length drawn uniformly from
+    ``rhs_lengths``, symbols uniform over the next level. Productions of one nonterminal are
+    distinct within a rule set."""
     rng = np.random.default_rng([seed, 10])
     n_symbols = (1,) + (nonterminals,) * (depth - 1) + (terminals,)
     rules = []
@@ -69,7 +71,8 @@ def random_grammar(depth: int = 3, nonterminals: int = 3, terminals: int = 4, n_
             for _ in range(n_symbols[d]):
                 prods: list[Rule] = []
                 while len(prods) < n_rules:
-                    rhs = tuple(int(s) for s in rng.integers(n_symbols[d + 1], size=rng.integers(2, 4)))
+                    size = rhs_lengths[rng.integers(len(rhs_lengths))]
+                    rhs = tuple(int(s) for s in rng.integers(n_symbols[d + 1], size=size))
                     if rhs not in prods:
                         prods.append(rhs)
                 per_symbol.append(tuple(prods))
@@ -94,6 +97,11 @@ def yields(grammar: Grammar, j: tuple[int, ...]) -> dict[tuple[int, ...], float]
             level.append(dict(dist))
         below = level
     return below[0]
+
+
+@functools.lru_cache(maxsize=64)
+def _yields_cached(grammar: Grammar, j: tuple[int, ...]) -> dict:
+    return yields(grammar, j)
 
 
 def brute_force_prefix(grammar: Grammar, j: tuple[int, ...], prefix: tuple[int, ...]) -> float:
@@ -200,18 +208,33 @@ class Bayes:
 
     Position ``t`` (0 … n) is the prediction of token ``t`` (``x_t``, or end-of-sequence when
     ``t = n``) from ``x_{<t}``. Arrays are ``(B, n_max + 1)`` with NaN past each string's end.
+    ``loss_given[dm]`` is the loss of the predictor that knows the first ``dm`` levels
+    ``j_0 … j_{dm−1}`` (metadata depth ``dm``) and averages over the others with their posterior:
+    ``−log Σ_{j'} π_t(j' | j_{<dm}) p(x_t | x_{<t}, j')``, the sum over the vectors that agree
+    with the revealed levels. ``dm = 0`` is the fully masked predictor, ``dm = D`` knows ``j``.
     """
 
-    loss_with_j: np.ndarray  # −log p(x_t | x_{<t}, j)
-    loss_without_j: np.ndarray  # −log Σ_j π_t(j) p(x_t | x_{<t}, j)
-    posterior: np.ndarray  # π_t(j): (B, n_max + 1, n_configs), given x_{<t}
+    loss_given: list  # dm = 0 … D → (B, n_max + 1)
+    posterior: np.ndarray  # π_t(j): (B, n_max + 1, n_configs), given x_{<t} only
     lengths: np.ndarray
 
     @property
+    def loss_with_j(self) -> np.ndarray:  # −log p(x_t | x_{<t}, j)
+        return self.loss_given[-1]
+
+    @property
+    def loss_without_j(self) -> np.ndarray:  # −log Σ_j π_t(j) p(x_t | x_{<t}, j)
+        return self.loss_given[0]
+
+    def gap_at(self, dm: int) -> np.ndarray:
+        """Per-sample log p(x_t|x_{<t},j_{<dm}) − log p(x_t|x_{<t}); its mean over samples is the
+        conditional mutual information I(x_t; j_{<dm} | x_{<t})."""
+        return self.loss_given[0] - self.loss_given[dm]
+
+    @property
     def gap(self) -> np.ndarray:
-        """Per-sample log p(x_t|x_{<t},j) − log p(x_t|x_{<t}); its mean over samples is the
-        conditional mutual information I(x_t; j | x_{<t})."""
-        return self.loss_without_j - self.loss_with_j
+        """:meth:`gap_at` for the whole vector ``j``: the mean is I(x_t; j | x_{<t})."""
+        return self.gap_at(len(self.loss_given) - 1)
 
     def level_posterior(self, grammar: Grammar, level: int) -> np.ndarray:
         """π_t(j_level = v): (B, n_max + 1, K)."""
@@ -221,24 +244,63 @@ class Bayes:
 
 
 def bayes(grammar: Grammar, strings: list[tuple[int, ...]], js: np.ndarray) -> Bayes:
-    """Exact Bayes-optimal next-token losses with and without metadata, and the posterior."""
+    """Exact Bayes-optimal next-token losses for every metadata depth, and the posterior."""
     L = prefix_log_probs(grammar, strings)  # (B, C, n + 2)
     B, C, _ = L.shape
     lengths = np.asarray([len(s) for s in strings])
     n = lengths.max()
-    configs = grammar.configs()
-    true_c = np.asarray([configs.index(tuple(j)) for j in js])
-    with np.errstate(invalid="ignore"):
-        step = L[:, :, 1:] - L[:, :, :-1]  # log p(x_t | x_{<t}, j), t = 0 … n
-        log_prior = -np.log(C)
-        log_post = L[:, :, :-1] + log_prior
-        log_post -= np.logaddexp.reduce(log_post, axis=1, keepdims=True)
-        post = np.exp(log_post)  # (B, C, n + 1)
-        mix = np.logaddexp.reduce(np.where(post > 0, log_post + step, -np.inf), axis=1)
+    configs = np.asarray(grammar.configs())
+    js = np.asarray(js).reshape(B, grammar.depth)
     valid = np.arange(n + 1)[None, :] <= lengths[:, None]
-    with_j = np.where(valid, -step[np.arange(B), true_c], np.nan)
-    without = np.where(valid, -mix, np.nan)
-    return Bayes(with_j, without, np.transpose(post, (0, 2, 1)), lengths)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        step = L[:, :, 1:] - L[:, :, :-1]  # log p(x_t | x_{<t}, j), t = 0 … n
+        log_joint = L[:, :, :-1] - np.log(C)  # log p(j) p(x_{<t} | j), uniform prior
+        losses = []
+        for dm in range(grammar.depth + 1):
+            agree = np.all(configs[None, :, :dm] == js[:, None, :dm], axis=-1)  # (B, C)
+            lp = np.where(agree[:, :, None], log_joint, -np.inf)
+            lp = lp - np.logaddexp.reduce(lp, axis=1, keepdims=True)  # π_t(j | j_{<dm})
+            mix = np.logaddexp.reduce(np.where(lp > -np.inf, lp + step, -np.inf), axis=1)
+            losses.append(np.where(valid, -mix, np.nan))
+        post = np.exp(log_joint - np.logaddexp.reduce(log_joint, axis=1, keepdims=True))
+    return Bayes(losses, np.transpose(post, (0, 2, 1)), lengths)
+
+
+def brute_force_loss(grammar: Grammar, x: tuple[int, ...], j: tuple[int, ...], dm: int) -> np.ndarray:
+    """−log p(x_t | x_{<t}, j_{<dm}) for t = 0 … n (t = n: end of sequence), by summing the
+    enumerated distributions of every metadata vector that agrees with ``j`` on its first
+    ``dm`` levels (uniform prior). Exponential cost; for tests."""
+    agree = [c for c in grammar.configs() if c[:dm] == tuple(j[:dm])]
+    dists = [_yields_cached(grammar, c) for c in agree]
+
+    def joint(prefix, complete=False):
+        if complete:
+            return sum(d.get(tuple(prefix), 0.0) for d in dists)
+        return sum(p for d in dists for s, p in d.items() if s[: len(prefix)] == tuple(prefix))
+
+    n = len(x)
+    out = [-np.log(joint(x[: t + 1]) / joint(x[:t])) for t in range(n)]
+    out.append(-np.log(joint(x, complete=True) / joint(x)))
+    return np.asarray(out)
+
+
+def bayes_grammatical(lang: Language, prompts: list[tuple[int, ...]], js: np.ndarray) -> np.ndarray:
+    """For each prompt: the probability that the Bayes-optimal predictor *without* metadata,
+    p(· | prompt) = Σ_j π(j | prompt) p(· | prompt, j), completes it to a string that the
+    grammar under the sample's own metadata ``js[b]`` generates (exact, by enumeration; under
+    *some* metadata the probability is 1)."""
+    S, _ = pad(lang.strings)
+    unique, inverse = np.unique(S, axis=0, return_inverse=True)
+    member = np.zeros((len(unique), len(lang.configs)), dtype=bool)  # string × metadata vector
+    member[inverse.ravel(), lang.config_of] = True
+    out = np.zeros(len(prompts))
+    for b, prompt in enumerate(prompts):
+        k = len(prompt)
+        hit = np.all(S[:, :k] == np.asarray(prompt, dtype=int), axis=1)
+        true_c = lang.configs.index(tuple(int(v) for v in js[b]))
+        w = lang.probs[hit]
+        out[b] = float(np.dot(w, member[inverse.ravel()[hit], true_c]) / w.sum())
+    return out
 
 
 def per_position_mean(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

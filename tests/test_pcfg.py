@@ -40,10 +40,13 @@ def test_prefix_probabilities_match_enumeration(grammar):
     lang = pcfg.Language(grammar)
     strings, _ = lang.sample(6, rng)
     L = pcfg.prefix_log_probs(grammar, strings)
+    dists = {j: pcfg.yields(grammar, j) for j in grammar.configs()}
     for b, x in enumerate(strings):
         for c, j in enumerate(grammar.configs()):
             for t in range(len(x) + 1):
-                assert np.exp(L[b, c, t]) == pytest.approx(pcfg.brute_force_prefix(grammar, j, x[:t]), abs=1e-12)
+                brute = sum(p for s, p in dists[j].items() if s[:t] == x[:t])
+                assert np.exp(L[b, c, t]) == pytest.approx(brute, abs=1e-12)
+    assert pcfg.brute_force_prefix(grammar, grammar.configs()[1], x[:3]) == pytest.approx(np.exp(L[-1, 1, 3]))
 
 
 def test_language_is_normalised_and_sampling_is_seeded(grammar):
@@ -73,6 +76,41 @@ def test_bayes_posterior_and_mixture(grammar):
     assert -np.log(np.dot(post[b, t, alive], p_next)) == pytest.approx(bz.loss_without_j[b, t])
 
 
+def test_bayes_loss_for_every_metadata_depth_matches_enumeration(grammar):
+    lang = pcfg.Language(grammar)
+    strings, js = lang.sample(5, np.random.default_rng(4))
+    bz = pcfg.bayes(grammar, strings, js)
+    assert len(bz.loss_given) == grammar.depth + 1
+    for dm in range(grammar.depth + 1):
+        for b, x in enumerate(strings):
+            brute = pcfg.brute_force_loss(grammar, x, tuple(js[b]), dm)
+            assert np.allclose(bz.loss_given[dm][b, : len(x) + 1], brute, atol=1e-10, rtol=1e-9)
+            assert np.all(np.isnan(bz.loss_given[dm][b, len(x) + 1 :]))
+    # revealing more levels never hurts on average: I(x_t; j_<dm | x_<t) grows with dm
+    cmis = [np.nanmean(bz.gap_at(dm)) for dm in range(grammar.depth + 1)]
+    assert cmis[0] == 0.0 and np.all(np.diff(cmis) > -1e-12)
+
+
+def test_bayes_grammaticality_matches_enumeration(grammar):
+    lang = pcfg.Language(grammar)
+    strings, js = lang.sample(6, np.random.default_rng(6))
+    prompts = [x[:k] for x, k in zip(strings, (0, 1, 2, 3, 4, len(strings[5])))]
+    got = pcfg.bayes_grammatical(lang, prompts, js)
+    configs = grammar.configs()
+    dists = {c: pcfg.yields(grammar, c) for c in configs}
+    for b, prompt in enumerate(prompts):
+        k = len(prompt)
+        # p(s | prompt) ∝ Σ_j p(j) p(s | j) over strings s that start with the prompt
+        total, good = 0.0, 0.0
+        for c in configs:
+            for s, p in dists[c].items():
+                if s[:k] == prompt:
+                    total += p
+                    good += p * (s in dists[tuple(js[b])])
+        assert got[b] == pytest.approx(good / total, abs=1e-12)
+    assert 0.0 < got[0] < 1.0
+
+
 def test_grammaticality_is_cyk_membership(grammar):
     lang = pcfg.Language(grammar)
     inside = set(lang.strings)
@@ -83,9 +121,12 @@ def test_grammaticality_is_cyk_membership(grammar):
 
 def test_sequence_format():
     vocab = M.Vocab(n_terminals=3, depth=2, n_sets=2)
-    tokens, targets = M.encode(vocab, [(0, 1), (2,)], np.array([[1, 0], [0, 1]]), np.array([True, False]))
+    tokens, targets = M.encode(vocab, [(0, 1), (2,)], np.array([[1, 0], [0, 1]]), np.array([2, 0]))
     assert tokens[0].tolist() == [vocab.bos, vocab.meta(0, 1), vocab.meta(1, 0), 0, 1, vocab.eos]
     assert tokens[1].tolist()[:4] == [vocab.bos, vocab.mask, vocab.mask, 2]
+    # metadata depth 1: the first level shown, the rest masked (always D slots)
+    one, _ = M.encode(vocab, [(0, 1)], np.array([[1, 0]]), 1)
+    assert one[0].tolist() == [vocab.bos, vocab.meta(0, 1), vocab.mask, 0, 1, vocab.eos]
     # input index D + t predicts x_t, then EOS
     assert targets[0].tolist() == [M.IGNORE, M.IGNORE, 0, 1, vocab.eos, M.IGNORE]
     assert targets[1].tolist() == [M.IGNORE, M.IGNORE, 2, vocab.eos, M.IGNORE, M.IGNORE]
@@ -95,10 +136,42 @@ def test_training_is_deterministic_and_learns(grammar):
     lang = pcfg.Language(grammar)
     strings, js = lang.sample(64, np.random.default_rng(2))
     torch.set_num_threads(1)
-    m1 = M.train(lang, with_metadata=True, steps=25, batch=32, seed=0, d_model=32)
-    m2 = M.train(lang, with_metadata=True, steps=25, batch=32, seed=0, d_model=32)
-    l1, h = M.evaluate(m1, grammar, strings, js, show=True)
-    l2, _ = M.evaluate(m2, grammar, strings, js, show=True)
+    m1, hist = M.train(lang, dm=2, steps=25, batch=16, seed=0, d_model=32, log_every=10,
+                       log_set=(strings, js), log_dms=(0, 2))
+    m2, _ = M.train(lang, dm=2, steps=25, batch=16, seed=0, d_model=32)
+    l1, h = M.evaluate(m1, grammar, strings, js, dm=2)
+    l2, _ = M.evaluate(m2, grammar, strings, js, dm=2)
     assert np.allclose(l1, l2, equal_nan=True) and h.shape[:2] == l1.shape
+    assert hist.steps == [0, 10, 20, 25] and hist.losses[2].shape == (4,) + l1.shape
+    assert np.allclose(hist.losses[2][-1], l1, equal_nan=True)  # the last entry is the final model
     vocab_size = M.Vocab(grammar.n_terminals, grammar.depth, grammar.n_sets).size
     assert np.nanmean(l1) < np.log(vocab_size)  # better than uniform after a few steps
+
+
+def test_chunked_loss_equals_unchunked_mean(grammar):
+    lang = pcfg.Language(grammar)
+    strings, js = lang.sample(17, np.random.default_rng(3))
+    vocab = M.Vocab(grammar.n_terminals, grammar.depth, grammar.n_sets)
+    torch.manual_seed(0)
+    model = M.Decoder(vocab.size, 16, 1, 2)
+    with torch.no_grad():
+        whole = M._chunked_loss(model, vocab, strings, js, 1, 1, "cpu")
+        split = M._chunked_loss(model, vocab, strings, js, 1, 3, "cpu")
+    assert float(whole) == pytest.approx(float(split), rel=1e-5)
+
+
+def test_baseline_and_metadata_model_see_the_same_masked_sequences(grammar, monkeypatch):
+    lang = pcfg.Language(grammar)
+    seen = {0: [], 2: []}
+    real = M._chunked_loss
+
+    def spy(model, vocab, strings, js, dm, chunks, device):
+        seen[current].append((dm, tuple(strings)))
+        return real(model, vocab, strings, js, dm, chunks, device)
+
+    monkeypatch.setattr(M, "_chunked_loss", spy)
+    for current in (0, 2):
+        M.train(lang, dm=current, steps=3, batch=8, seed=5, d_model=16, n_layers=1)
+    masked_meta = [s for dm, s in seen[2] if dm == 0]
+    assert [s for _, s in seen[0]] == masked_meta  # identical masked stream
+    assert [dm for dm, _ in seen[2]] == [0, 2] * 3  # plus one shown batch per step
