@@ -285,3 +285,47 @@ def test_recycled_outputs_are_never_live(monkeypatch):
     y4 = swr(a, x, impl="compiled")
     assert y4.data_ptr() == first  # free again: reused
     assert torch.equal(y4, y2) and torch.equal(y3, 2 * y2)
+
+
+# -- impl="auto" on GPUs: Triton only after its self-check ----------------------------------------
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """Pretend Triton can run on a CUDA device, with a stub self-check that counts its calls."""
+    import kernels.swr as S
+
+    calls = []
+    outcome = {"problem": None}
+    monkeypatch.setattr(S, "_triton_ok", lambda device: True)
+    monkeypatch.setattr(S, "_verified", {})
+    monkeypatch.setattr(S, "_triton_problem",
+                        lambda dtype, block, device: calls.append((dtype, block)) or outcome["problem"])
+    return S, calls, outcome
+
+
+def test_auto_uses_triton_on_cuda_after_one_passing_self_check(fake_cuda, recwarn):
+    S, calls, _ = fake_cuda
+    cuda = torch.device("cuda")
+    assert [S.resolve_impl("auto", cuda, torch.float32, 16) for _ in range(3)] == ["triton"] * 3
+    assert S.resolve_impl("auto", cuda, torch.bfloat16, 16) == "triton"
+    assert calls == [(torch.float32, 16), (torch.bfloat16, 16)]  # once per (dtype, block)
+    assert S.resolve_impl("auto", cuda, torch.float64, 16) == "chunked"  # kernel is float32 inside
+    assert len(calls) == 2 and not [w for w in recwarn if w.category is RuntimeWarning]
+    assert S.resolve_impl("auto", torch.device("cpu"), torch.float32, 16) in ("compiled", "chunked")
+
+
+def test_auto_falls_back_to_chunked_with_one_warning_when_the_check_fails(fake_cuda):
+    S, calls, outcome = fake_cuda
+    outcome["problem"] = "its output differs"
+    with pytest.warns(RuntimeWarning, match="its output differs") as caught:
+        picks = [S.resolve_impl("auto", torch.device("cuda"), torch.float32, 8) for _ in range(3)]
+    assert picks == ["chunked"] * 3 and len(caught) == 1 and len(calls) == 1
+
+
+def test_blocks_triton_cannot_take_fall_back_the_same_way(monkeypatch):
+    import kernels.swr as S
+
+    monkeypatch.setattr(S, "_triton_ok", lambda device: True)
+    monkeypatch.setattr(S, "_verified", {})
+    with pytest.warns(RuntimeWarning, match="power-of-two") as caught:
+        picks = [S.resolve_impl("auto", torch.device("cuda"), torch.float32, 12) for _ in range(2)]
+    assert picks == ["chunked"] * 2 and len(caught) == 1

@@ -78,3 +78,27 @@ def test_rejects_non_power_of_two_block(kernel):
     a, x = _inputs(6, 2, torch.float32, seed=0)
     with pytest.raises(ValueError, match="power-of-two"):
         kernel.swr_triton(a, x, 3)
+
+
+@needs_kernel
+def test_self_check_passes_for_the_kernel(kernel, monkeypatch, recwarn):
+    import kernels.swr as S
+
+    monkeypatch.setattr(S, "_verified", {})
+    with torch.no_grad():  # callers of swr() may be in no_grad; the check needs gradients
+        assert S.triton_verified(torch.float32, 8, DEVICE)
+    assert S.triton_verified(torch.float32, 8, DEVICE) and len(S._verified) == 1
+    assert not [w for w in recwarn if w.category is RuntimeWarning]
+
+
+@needs_kernel
+def test_self_check_rejects_a_wrong_kernel(kernel, monkeypatch):
+    import kernels.swr as S
+
+    monkeypatch.setattr(S, "_verified", {})
+    right = kernel.swr_triton
+    monkeypatch.setattr(kernel, "swr_triton", lambda a, x, block: right(a, x, block) * (1 + 1e-3))
+    with pytest.warns(RuntimeWarning, match="differs from 'chunked'") as caught:
+        assert not S.triton_verified(torch.float32, 4, DEVICE)
+        assert not S.triton_verified(torch.float32, 4, DEVICE)
+    assert len(caught) == 1

@@ -17,18 +17,22 @@ Implementations (``impl``), one file each, modelled on flash-linear-attention's 
 * ``"compiled"``  — :mod:`kernels.swr.compiled`: the streaming two-state loop compiled with
   numba (forward and adjoint), the CPU fast path.
 * ``"triton"``    — :mod:`kernels.swr.triton_b2p`: fused B2P for CUDA GPUs.
-* ``"auto"``      — triton on CUDA (when available), compiled on CPU (when numba is
-  available), otherwise chunked.
+* ``"auto"``      — compiled on CPU (when numba is available); on CUDA, triton for float32 and
+  half-precision inputs once it has passed a numerical self-check for that dtype and block
+  (:func:`triton_verified`), otherwise chunked (float64, blocks that are not powers of two, or a
+  failed check — the last two with one warning); chunked everywhere else.
 """
 
 from __future__ import annotations
+
+import warnings
 
 import torch
 
 from kernels.swr.decode import SWRState
 from kernels.swr.naive import scan_reference, swr_reference
 
-__all__ = ["IMPLS", "SWRState", "available_impls", "scan", "swr"]
+__all__ = ["IMPLS", "SWRState", "available_impls", "scan", "swr", "triton_verified"]
 
 IMPLS = ("reference", "chunked", "compiled", "triton", "auto")
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -83,20 +87,86 @@ def available_impls(device: torch.device | str = "cpu") -> list[str]:
     return out
 
 
-def resolve_impl(impl: str, device: torch.device) -> str:
-    """The concrete implementation ``impl`` stands for on ``device`` (``auto`` resolved)."""
+def resolve_impl(impl: str, device: torch.device, dtype: torch.dtype = torch.float32,
+                 block: int = 16) -> str:
+    """The concrete implementation ``impl`` stands for on ``device`` for inputs of ``dtype``
+    and this ``block`` (``auto`` resolved; may run :func:`triton_verified` once)."""
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
     if impl == "auto":
-        if device.type == "cuda" and _triton_ok(device):
-            return "triton"
         if device.type == "cpu" and _numba_ok():
             return "compiled"
+        if (device.type == "cuda" and dtype != torch.float64 and _triton_ok(device)
+                and triton_verified(dtype, block, device)):
+            return "triton"
         return "chunked"
     if impl not in available_impls(device):
         raise ValueError(f"impl {impl!r} is not available on {device} here; "
                          f"available: {available_impls(device)}")
     return impl
+
+
+# -- the Triton self-check ---------------------------------------------------------------------
+#: Largest relative difference from ``chunked`` (in float64) that the self-check accepts, per
+#: input dtype: float32 rounding over a few blocks, and the inputs' own rounding for halves.
+SELF_CHECK_RTOL = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 5e-2}
+_verified: dict[tuple[str, torch.dtype, int], bool] = {}
+
+
+def triton_verified(dtype: torch.dtype, block: int, device: torch.device | str = "cuda") -> bool:
+    """Whether the Triton kernel computes SWR correctly here for this ``dtype`` and ``block``.
+
+    Checked once per process and (device, dtype, block): on a small input (two heads, three
+    blocks and a partial one) the Triton forward and both gradients are compared with the
+    ``chunked`` implementation in float64 on the same device, within :data:`SELF_CHECK_RTOL`
+    of the largest value. A block the kernel cannot take (not a power of two, or one it fails
+    to compile for) or a mismatch returns ``False`` and warns once."""
+    device = torch.device(device)
+    key = (str(device), dtype, int(block))
+    if key not in _verified:
+        with torch.inference_mode(False), torch.enable_grad():  # callers may be in no_grad
+            problem = _triton_problem(dtype, int(block), device)
+        _verified[key] = problem is None
+        if problem is not None:
+            warnings.warn(f"kernels.swr: impl='auto' uses 'chunked' instead of the Triton kernel "
+                          f"for {dtype} and block {block} on {device}: {problem}",
+                          RuntimeWarning, stacklevel=4)
+    return _verified[key]
+
+
+def _triton_problem(dtype: torch.dtype, block: int, device: torch.device) -> str | None:
+    """Why the Triton kernel must not be used (``None``: it passed the self-check)."""
+    from kernels.swr import triton_b2p
+
+    if dtype not in SELF_CHECK_RTOL:
+        return f"no self-check tolerance for {dtype}"
+    if block & (block - 1):
+        return "the kernel takes power-of-two blocks only"
+    g = torch.Generator().manual_seed(0)
+    length, dim = 3 * block + max(1, block // 2), 8
+    a = (0.5 + 0.49 * torch.rand(1, 2, length, generator=g, dtype=torch.float64))
+    x = torch.randn(1, 2, length, dim, generator=g, dtype=torch.float64)
+    dy = torch.randn(1, 2, length, dim, generator=g, dtype=torch.float64)
+    # the reference sees exactly the (rounded) inputs the kernel gets
+    a, x = a.to(dtype).to(device), x.to(dtype).to(device)
+    dy = dy.to(device)
+    reference = lambda a, x: swr(a.double(), x.double(), block=block, impl="chunked")
+    fused = lambda a, x: triton_b2p.swr_triton(a.float(), x, block)  # as swr() calls it
+    results = []
+    for run in (reference, fused):
+        a_, x_ = a.clone().requires_grad_(), x.clone().requires_grad_()
+        try:
+            y = run(a_, x_)
+            (y.double() * dy).sum().backward()
+        except Exception as err:  # noqa: BLE001 - any failure means "do not use it"
+            return f"it raised {type(err).__name__}: {err}"
+        results.append([t.detach().double().cpu() for t in (y, a_.grad, x_.grad)])
+    for name, ref, got in zip(("output", "grad a", "grad x"), *results):
+        err = float((got - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
+        if not err <= SELF_CHECK_RTOL[dtype]:
+            return (f"its {name} differs from 'chunked' by {err:.2e} (relative), more than "
+                    f"{SELF_CHECK_RTOL[dtype]:.0e}")
+    return None
 
 
 def _low_precision_on_cpu(x: torch.Tensor) -> bool:
@@ -110,7 +180,7 @@ def swr(a: torch.Tensor, x: torch.Tensor, *, block: int = 16, impl: str = "auto"
     Differentiable in ``a`` and ``x`` for every implementation. Half-precision inputs are
     accumulated in float32."""
     _check(a, x, block, values=False)
-    name = resolve_impl(impl, x.device)
+    name = resolve_impl(impl, x.device, x.dtype, block)
     if name != "compiled":  # the compiled kernel checks the values as it reads them
         _check(a, x, block)
     out_dtype = x.dtype

@@ -10,7 +10,9 @@ instead of a second kernel launch or inter-block synchronisation. The backward p
 block ``t`` mirrors it with block ``t+1`` (see :mod:`kernels.swr.chunk` for the formulas).
 
 Status: verified against the reference only in Triton's CPU interpreter (``TRITON_INTERPRET=1``,
-read when this module is imported) at small sizes; not yet run on a GPU. ``block`` must be a
+read when this module is imported) at small sizes; not yet run on a GPU. ``impl="auto"``
+therefore picks it on CUDA only after a numerical self-check against ``chunked`` for the dtype
+and block at hand (:func:`kernels.swr.triton_verified`). ``block`` must be a
 power of two. It computes in float32 whatever the input dtype (use ``chunked`` or ``compiled``
 for float64). The block-local products are written as broadcast sums so that any power-of-two
 ``ℓ`` and any ``D`` work; a GPU build would switch them to ``tl.dot`` for ``ℓ, D ≥ 16``.
