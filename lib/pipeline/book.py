@@ -62,48 +62,54 @@ def _claim_row(c: dict, seeds: dict | None) -> str:
     discriminates = "—"
     if c.get("alternative"):
         discriminates = "yes" if c["alternative"].get("rejected") else "<b>no</b>"
-    return (f"<tr><td>{badge(_status(c))}</td><td><code>{escape(c['id'])}</code></td><td>{kind}</td>"
-            f"<td><details><summary>{escape(c['statement'])}</summary>{details}</details></td>"
-            f"<td>{discriminates}</td><td>{tally}</td></tr>")
+    top = 'style="vertical-align:top"'
+    return (f"<tr><td {top}>{badge(_status(c))}</td><td {top}><code>{escape(c['id'])}</code></td><td {top}>{kind}</td>"
+            f'<td style="vertical-align:top;width:50%"><details><summary>{escape(c["statement"])}</summary>'
+            f"{details}</details></td><td {top}>{discriminates}</td><td {top}>{tally}</td></tr>")
 
 
 def status_markdown(book: Book, profile: str) -> str:
     """Tables of every chapter's runtime, claims (by kind) and environment."""
     from lib.pipeline.seeds import stored_summary
 
-    lines = ["| chapter | runtime (s) | theorems from the paper held | reconstructed theorems held "
-             "| checks held | empirical reproduced | commit |",
-             "|---|---:|---:|---:|---:|---:|---|"]
+    lines = ["| chapter | runtime (s) | theorems (paper) | theorems (reconstructed) | checks | empirical |",
+             "|---|---:|---:|---:|---:|---:|"]
     sections = []
     envs = set()
+    commits: set[str] = set()
     for ch in book.chapters():
         doc = stored(book.run_dir(profile, ch)) or {}
         prov = doc.get("provenance", {})
         claims = doc.get("claims", [])
         link = f"[{ch.slug}](chapters/{ch.slug}.ipynb)"
         if not doc:
-            lines.append(f"| {link} | not run | | | | | |")
+            lines.append(f"| {link} | not run | | | | |")
             continue
         thm = [c for c in claims if c.get("kind") == "theorem"]
         paper = [c for c in thm if c.get("source") != "reconstruction"]
         recon = [c for c in thm if c.get("source") == "reconstruction"]
         checks = [c for c in claims if c.get("kind") == "check"]
         emp = [c for c in claims if c.get("kind") == "empirical"]
-        lines.append(f"| {link} | {prov.get('runtime_s', 0):.1f} | {_count(paper)} | {_count(recon)} | "
-                     f"{_count(checks)} | {_count(emp)} | `{prov.get('git', '?')}` |")
+        lines.append(f"| {link} | {prov.get('runtime_s', 0):.0f} | {_count(paper)} | {_count(recon)} | "
+                     f"{_count(checks)} | {_count(emp)} |")
+        commits.add(prov.get("git", "?"))
         seeds = stored_summary(book, profile, ch)
         rows = "".join(_claim_row(c, seeds) for c in claims)
         head = "".join(f"<th>{h}</th>" for h in ("verdict", "claim", "kind", "statement (click for the numbers)",
                                                    "rejects its alternative", "over seeds"))
         sections += [f"### {ch.number} · {ch.slug.split('-', 1)[1].replace('-', ' ')}", "",
-                     f'<table class="status-claims"><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>',
+                     f'<table class="status-claims" style="width:100%;font-size:0.9em"><thead><tr>{head}</tr>'
+                     f"</thead><tbody>{rows}</tbody></table>",
                      ""]
         envs.add((prov.get("python"), prov.get("torch"), prov.get("numpy"), prov.get("threads")))
     env_rows = ["| Python | torch | numpy | threads |", "|---|---|---|---|"]
     env_rows += [f"| {_cell(p)} | {_cell(t)} | {_cell(n)} | {_cell(th)} |" for p, t, n, th in sorted(
         envs, key=str)]
-    return "\n".join([f"Profile: `{profile}`.", "", "## Chapters", "", *lines, "", "## Claims", "",
-                      *sections, "## Environment", "", *env_rows, ""])
+    counts = ("Columns count the claims that held (theorems and checks) or were reproduced "
+              "(empirical) out of those recorded.")
+    return "\n".join([f"Profile: `{profile}`.", "", "## Chapters", "", counts, "", *lines, "", "## Claims", "",
+                      *sections, "## Environment", "",
+                      "Commit(s): " + ", ".join(f"`{c}`" for c in sorted(commits)), "", *env_rows, ""])
 
 
 def stage(book: Book, profile: str) -> Path:
