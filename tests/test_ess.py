@@ -161,7 +161,7 @@ def test_task_arguments_are_checked():
 @pytest.mark.parametrize("mixer", M.MODEL_MIXERS)
 def test_operator_factors_reproduce_the_mixer(mixer):
     torch.manual_seed(0)
-    model = M.MixerLM(M.ModelConfig(mixer, d_k=3, d_model=8)).double()
+    model = M.MixerLM(M.ModelConfig(mixer, d_k=3, d_model=8, block=4)).double()
     tokens = torch.from_numpy(T.mqar(np.random.default_rng(0), 2, 3, length=12)[0])
     f = model.operator_factors(tokens)
     Tm = f["T"]
@@ -170,10 +170,39 @@ def test_operator_factors_reproduce_the_mixer(mixer):
     v = model._qkv(x)[2]
     assert np.allclose(Tm @ v.detach().numpy(),
                        model._operator(*model._qkv(x)[:2], model.log_gates(x)).detach() @ v.detach())
-    if mixer != "softmax":
+    assert ("C" in f) == (mixer in M.FACTORED)
+    ess = M.task_ess(model, tokens.numpy())
+    assert np.all(ess["tol=exact"] <= ess["tss"])
+    if mixer in M.FACTORED:
         assert np.allclose(S.factored_operator(f["C"], f["B"], f["log_a"]), Tm)
-        ess = M.task_ess(model, tokens.numpy())
-        assert np.all(ess["tol=exact"] <= 3) and np.all(ess["tss"] == 3)
+        assert float(ess["factored_rel_err"]) < 1e-10
+        assert np.all(ess["tss"] == 3)
+    r, j = np.indices((12, 12))
+    if mixer in ("conv", "swa"):                  # window of d_k + 1 = 4 tokens
+        assert np.all(Tm[:, r - j > 3] == 0) and np.any(Tm[:, r - j == 3] != 0)
+    if mixer == "conv":                           # input-independent Toeplitz band
+        assert np.allclose(Tm[0], Tm[1]) and np.allclose(Tm[0, 5, 2], Tm[0, 9, 6])
+    if mixer == "swr":
+        assert np.all(Tm[:, j < 4 * (r // 4 - 1)] == 0) and np.all(ess["tss"] == 6)
+    if mixer in M.GATED:
+        log_a = model.log_gates(x).detach().numpy()
+        assert np.all(log_a < 0)
+
+
+def test_trained_swr_mixer_is_the_swr_kernel_per_key_dimension():
+    """With one key dimension the SWR mixer is q_r · swr(a, k ⊙ v)_r: chapter 02's kernel."""
+    from kernels.swr import swr
+
+    torch.manual_seed(1)
+    model = M.MixerLM(M.ModelConfig("swr", d_k=1, d_model=8, block=4)).double()
+    tokens = torch.from_numpy(T.mqar(np.random.default_rng(1), 1, 3, length=16)[0])
+    with torch.no_grad():
+        x = model.embed(tokens)
+        q, k, v = model._qkv(x)
+        a = torch.exp(model.log_gates(x))[..., 0]                 # (1, L)
+        y = model._operator(q, k, model.log_gates(x)) @ v
+        want = q * swr(a[:, None], (k * v)[:, None], block=4, impl="reference")[:, 0]
+    assert torch.allclose(y, want, atol=1e-12)
 
 
 def test_training_is_deterministic_and_learns():

@@ -12,11 +12,23 @@ the recurrent mixers). Mixers:
 * ``"softmax"`` — causal softmax attention, ``y_r = Σ_{j≤r} softmax_j(q_r·k_j/√d_k) v_j``;
 * ``"linear"``  — linear attention with L2-normalised q, k: ``y_r = Σ_{j≤r} (q̂_r·k̂_j) v_j``;
 * ``"gla"``     — gated linear attention: a diagonal gate ``α_t = σ(W_g x_t + b) ∈ (0, 1)^{d_k}``
-  per key dimension, ``S_t = diag(α_t) S_{t−1} + k̂_t v_tᵀ``, ``y_t = S_tᵀ q̂_t``.
+  per key dimension, ``S_t = diag(α_t) S_{t−1} + k̂_t v_tᵀ``, ``y_t = S_tᵀ q̂_t``;
+* ``"ssm"``     — a selective (S6-like) diagonal SSM with ``N = d_k`` states: one input-dependent
+  step ``Δ_t = softplus(w_Δ·x_t + b)`` per position and learned decay rates ``A_n > 0``
+  (initialised to ``n``, as S4D-real), ``α_{t,n} = exp(−Δ_t A_n)``, with ``C_t = q̂_t`` and
+  ``B_t = k̂_t`` in the roles of the SSM's read-out and input maps;
+* ``"conv"``    — a learned causal convolution of the values of length ``k = d_k + 1``
+  (input-independent: ``T_{rj} = w_{r−j}``), TSS ``k − 1 = d_k``;
+* ``"swa"``     — softmax attention restricted to a window of ``w = d_k + 1`` tokens
+  (``r − w < j ≤ r``), TSS ``w − 1 = d_k``;
+* ``"swr"``     — ``d_k`` gated scalar sliding-window recurrences (chapter 02's SWR, block
+  ``b``): GLA's operator restricted to the jagged window ``j ≥ b·(⌊r/b⌋ − 1)``; each scalar
+  recurrence keeps two numbers, so TSS ``2 d_k``.
 
 Because the mixing weights do not depend on the value channel, the operator ``T`` of a mixer
 is the same for all value channels: :meth:`MixerLM.operator_factors` returns it once per
-sequence (dense attention matrix, or the factors ``C = q̂, B = k̂, log_a = log α``).
+sequence (the dense matrix, and for the diagonal recurrences linear attention, GLA and the SSM
+also the factors ``C = q̂, B = k̂, log_a = log α``).
 """
 
 from __future__ import annotations
@@ -36,7 +48,9 @@ from lib.ess.tasks import IGNORE, Vocab, delimited_mqar, mqar
 __all__ = ["MODEL_MIXERS", "ModelConfig", "MixerLM", "TrainConfig", "train", "accuracy",
            "task_ess", "transition_penalty"]
 
-MODEL_MIXERS = ("softmax", "linear", "gla")
+MODEL_MIXERS = ("softmax", "linear", "gla", "ssm", "conv", "swa", "swr")
+FACTORED = ("linear", "gla", "ssm")      # exact diagonal recurrences: (C, B, log_a) factors
+GATED = ("gla", "ssm", "swr")            # mixers with transitions A_t = diag(α_t)
 
 
 @dataclass(frozen=True)
@@ -46,6 +60,8 @@ class ModelConfig:
     d_model: int = 64
     vocab_size: int = Vocab().size
     gate_bias: float = 3.0          # GLA gates start near σ(3) ≈ 0.95: little forgetting
+    block: int = 8                  # SWR block length
+    ssm_step: float = 0.05          # initial SSM step Δ (decays exp(−0.05 n) at the start)
 
     def __post_init__(self):
         if self.mixer not in MODEL_MIXERS:
@@ -65,33 +81,65 @@ class MixerLM(nn.Module):
         self.W_v = nn.Linear(d, d, bias=False)
         self.norm = nn.LayerNorm(d)
         self.W_o = nn.Linear(d, cfg.vocab_size)
-        if cfg.mixer == "gla":
+        if cfg.mixer in ("gla", "swr"):
             self.W_g = nn.Linear(d, dk)
             nn.init.constant_(self.W_g.bias, cfg.gate_bias)
+        if cfg.mixer == "ssm":
+            self.W_dt = nn.Linear(d, 1)
+            nn.init.constant_(self.W_dt.bias, float(np.log(np.expm1(cfg.ssm_step))))
+            self.A_log = nn.Parameter(torch.log(torch.arange(1, dk + 1, dtype=torch.float32)))
+        if cfg.mixer == "conv":
+            self.conv_w = nn.Parameter(torch.randn(dk + 1) / (dk + 1) ** 0.5)
+
+    def tss(self, L: int) -> np.ndarray:
+        """The architecture's state size per value channel at each position (shape ``L``)."""
+        i = np.arange(L)
+        if self.cfg.mixer == "softmax":
+            return np.minimum(i, L - i).astype(float)
+        per = 2 * self.cfg.d_k if self.cfg.mixer == "swr" else self.cfg.d_k
+        return np.full(L, float(per))
 
     # -- pieces ------------------------------------------------------------------------
     def _qkv(self, x: torch.Tensor):
         x_prev = F.pad(x, (0, 0, 1, 0))[:, :-1]            # token shift: x_{j−1}, zero at j=0
         q, k, v = self.W_q(x), self.W_k(x_prev), self.W_v(x)
-        if self.cfg.mixer != "softmax":
+        if self.cfg.mixer not in ("softmax", "swa"):
             q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
         return q, k, v
 
     def log_gates(self, x: torch.Tensor) -> torch.Tensor | None:
-        """``log α_t`` (B, L, d_k) for GLA, None otherwise."""
-        return F.logsigmoid(self.W_g(x)) if self.cfg.mixer == "gla" else None
+        """``log α_t`` (B, L, d_k) for the gated mixers (GLA, SSM, SWR), None otherwise."""
+        if self.cfg.mixer in ("gla", "swr"):
+            return F.logsigmoid(self.W_g(x))
+        if self.cfg.mixer == "ssm":
+            return -F.softplus(self.W_dt(x)) * torch.exp(self.A_log)
+        return None
+
+    def _mask(self, L: int, device) -> torch.Tensor:
+        """Which (r, j) the mixer connects: causal, and for SWA / SWR their windows."""
+        r = torch.arange(L, device=device)[:, None]
+        j = torch.arange(L, device=device)[None, :]
+        mask = j <= r
+        if self.cfg.mixer in ("swa", "conv"):
+            mask = mask & (r - j <= self.cfg.d_k)                       # w = k = d_k + 1
+        if self.cfg.mixer == "swr":
+            mask = mask & (j >= self.cfg.block * (r // self.cfg.block - 1))
+        return mask
 
     def _operator(self, q, k, log_a):
         """The mixer's (B, L, L) operator: y = T v."""
-        L = q.shape[1]
-        causal = torch.ones(L, L, dtype=torch.bool, device=q.device).tril()
-        if self.cfg.mixer == "softmax":
+        B, L = q.shape[:2]
+        mask = self._mask(L, q.device)
+        if self.cfg.mixer in ("softmax", "swa"):
             scores = (q @ k.transpose(1, 2)) / self.cfg.d_k ** 0.5
-            return torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)
+            return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+        if self.cfg.mixer == "conv":
+            lag = (torch.arange(L)[:, None] - torch.arange(L)[None, :]).clamp(0, self.cfg.d_k)
+            return (self.conv_w[lag] * mask).to(q.dtype).expand(B, L, L)
         if log_a is None:
-            return (q @ k.transpose(1, 2)) * causal
+            return (q @ k.transpose(1, 2)) * mask
         S = torch.cumsum(log_a, dim=1)                                   # (B, L, d_k)
-        diff = (S[:, :, None, :] - S[:, None, :, :]).masked_fill(~causal[..., None], float("-inf"))
+        diff = (S[:, :, None, :] - S[:, None, :, :]).masked_fill(~mask[..., None], float("-inf"))
         return (q[:, :, None, :] * torch.exp(diff) * k[:, None, :, :]).sum(-1)
 
     # -- forward -------------------------------------------------------------------------
@@ -105,14 +153,14 @@ class MixerLM(nn.Module):
 
     @torch.no_grad()
     def operator_factors(self, tokens: torch.Tensor) -> dict[str, np.ndarray]:
-        """The mixer's operator on ``tokens`` in fp64: ``{"T": (B, L, L)}`` for softmax, and
-        additionally ``{"C", "B", "log_a"}`` (B, L, d_k) for the recurrent mixers."""
+        """The mixer's operator on ``tokens`` in fp64: ``{"T": (B, L, L)}``, and additionally
+        ``{"C", "B", "log_a"}`` (B, L, d_k) for the diagonal recurrences (:data:`FACTORED`)."""
         m = copy.deepcopy(self).double()
         x = m.embed(tokens)
         q, k, _ = m._qkv(x)
         log_a = m.log_gates(x)
         out = {"T": m._operator(q, k, log_a).numpy()}
-        if self.cfg.mixer != "softmax":
+        if self.cfg.mixer in FACTORED:
             out.update(C=q.numpy(), B=k.numpy(),
                        log_a=np.zeros_like(q.numpy()) if log_a is None else log_a.numpy())
         return out
@@ -193,19 +241,21 @@ def accuracy(model: MixerLM, tokens: np.ndarray, targets: np.ndarray) -> float:
 
 
 def task_ess(model: MixerLM, tokens: np.ndarray, taus=(None, 1e-6, 1e-3, 1e-2)):
-    """ESS profiles of the trained mixer on ``tokens`` (B, L): a dict of ``(B, L)`` arrays
-    (keys as :func:`lib.ess.spectrum.ess_profile`), plus ``"tss"`` (L,) — the model's TSS per
-    position (``d_k``, or ``min(i, L−i)`` for softmax)."""
+    """ESS profiles of the trained mixer on ``tokens`` (B, L), from the dense operator's Hankel
+    blocks (a full SVD per position): a dict of ``(B, L)`` arrays (keys as
+    :func:`lib.ess.spectrum.ess_profile`), plus ``"tss"`` (L,) — the model's TSS per position
+    (:meth:`MixerLM.tss`). For the diagonal recurrences (:data:`FACTORED`) also
+    ``"factored_rel_err"``: the largest difference between the factored path's singular values
+    and the dense ones, relative to σ_1 of each block."""
     f = model.operator_factors(torch.from_numpy(tokens))
-    if model.cfg.mixer == "softmax":
-        svals = spectrum.hankel_singular_values(f["T"])
-    else:
-        svals = spectrum.factored_singular_values(f["C"], f["B"], f["log_a"])
-    out = spectrum.ess_profile(svals, taus)
-    L = tokens.shape[1]
-    i = np.arange(L)
-    out["tss"] = (np.minimum(i, L - i) if model.cfg.mixer == "softmax"
-                  else np.full(L, model.cfg.d_k)).astype(float)
+    dense = spectrum.hankel_singular_values(f["T"])
+    out = spectrum.ess_profile(dense, taus)
+    if model.cfg.mixer in FACTORED:
+        fast = spectrum.factored_singular_values(f["C"], f["B"], f["log_a"])
+        out["factored_rel_err"] = np.array(max(
+            (float(np.max(np.abs(a - b) / np.maximum(b[..., :1], np.finfo(float).tiny)))
+             for a, b in zip(fast[1:], dense[1:])), default=0.0))
+    out["tss"] = model.tss(tokens.shape[1])
     return out
 
 
@@ -224,27 +274,32 @@ def _positions_mean(a: np.ndarray, start: int = 1) -> float:
 
 def run_mqar(mixer: str, d_k: int, n_pairs: int, seed: int, *, length: int = 48,
              steps: int = 300, batch: int = 32, lr: float = 3e-3, d_model: int = 48,
-             reg: float = 0.0, n_eval: int = 256, n_ess: int = 16) -> dict:
-    """Train one model on MQAR and measure it: test accuracy, and ESS / TSS of its mixer on
-    ``n_ess`` test sequences, averaged over sequences and positions ``1 … ℓ−1`` (``ess_*``,
-    ``tss``) and over the query phase ``2κ … ℓ−1`` only (``*_query``); ``max_ess_minus_tss`` is
-    the largest ``ESS_i − TSS_i`` (exact tolerance) over sequences and positions."""
+             reg: float = 0.0, n_eval: int = 256, n_ess: int = 16, block: int = 8) -> dict:
+    """Train one model on MQAR and measure it: test accuracy (and the number of query
+    positions it was measured on, ``n_queries``), and ESS / TSS of its mixer on ``n_ess`` test
+    sequences, averaged over sequences and positions ``1 … ℓ−1`` (``ess_*``, ``tss``) and over
+    the query phase ``2κ … ℓ−1`` only (``*_query``); ``max_ess_minus_tss`` is the largest
+    ``ESS_i − TSS_i`` (exact tolerance, dense SVD) over sequences and positions;
+    ``factored_rel_err`` (diagonal recurrences) compares the factored and dense spectra."""
     vocab = Vocab()
-    cfg = ModelConfig(mixer, d_k, d_model=d_model, vocab_size=vocab.size)
+    cfg = ModelConfig(mixer, d_k, d_model=d_model, vocab_size=vocab.size, block=block)
     tc = TrainConfig(n_pairs=n_pairs, steps=steps, batch=batch, lr=lr, reg=reg, length=length,
                      vocab=vocab)
     model, losses = train(cfg, tc, seed)
     tokens, targets = mqar(np.random.default_rng([seed, 2]), n_eval, n_pairs, length, vocab)
     prof = task_ess(model, tokens[:n_ess])
-    out = {"accuracy": accuracy(model, tokens, targets), "final_loss": float(np.mean(losses[-20:])),
+    out = {"accuracy": accuracy(model, tokens, targets), "n_queries": int((targets != IGNORE).sum()),
+           "final_loss": float(np.mean(losses[-20:])),
            "tss": _positions_mean(prof["tss"]), "tss_query": _positions_mean(prof["tss"], 2 * n_pairs),
            "max_ess_minus_tss": float(np.max(prof["tol=exact"] - prof["tss"]))}
+    if "factored_rel_err" in prof:
+        out["factored_rel_err"] = float(prof["factored_rel_err"])
     for key, value in prof.items():
-        if key != "tss":
+        if key not in ("tss", "factored_rel_err"):
             name = key.replace("tol=", "ess_tol_").replace("entropy", "ess_entropy")
             out[name] = _positions_mean(value)
             out[name + "_query"] = _positions_mean(value, 2 * n_pairs)
-    if mixer == "gla":
+    if mixer in GATED:
         with torch.no_grad():
             _, log_a = model(torch.from_numpy(tokens[:n_ess]), return_gates=True)
         out["mean_gate"] = float(torch.exp(log_a).mean())
