@@ -87,10 +87,14 @@ def _time(fn: Callable[[], object]) -> float:
     return time.perf_counter() - t0
 
 
-def _make_inputs(B, H, L, D, dtype, seed):
+def _make_inputs(B, H, L, D, dtype, seed, attention: bool = True):
+    """``a, x`` and, for the attention methods, ``q, k`` (drawn after ``a, x``, which are the
+    same either way; ``None`` when ``attention`` is false, to spare memory at long L)."""
     g = torch.Generator().manual_seed(seed)
     a = 0.5 + 0.49 * torch.rand(B, H, L, generator=g, dtype=dtype)
     x = torch.randn(B, H, L, D, generator=g, dtype=dtype)
+    if not attention:
+        return a, x, None, None
     q, k = torch.randn(2, B, H, L, D, generator=g, dtype=dtype)
     return a, x, q, k
 
@@ -173,15 +177,19 @@ def run(lengths: Sequence[int], B: int = 1, H: int = 16, D: int = 16, *, block: 
 
 def _run(lengths, B, H, D, block, impls, passes, repeats, dtype, seed, limits, max_baseline_L,
          bandwidth, progress):
+    def skip(impl, L):
+        limit = limits.get(impl)
+        if impl != "swr" and max_baseline_L is not None:
+            limit = max_baseline_L if limit is None else min(limit, max_baseline_L)
+        return limit is not None and L > limit
+
     rows = []
     for L in lengths:
-        a, x, q, k = _make_inputs(B, H, L, D, dtype, seed)
+        attention = any(i in ("swa-blocked", "attention-full") and not skip(i, L) for i in impls)
+        a, x, q, k = _make_inputs(B, H, L, D, dtype, seed, attention)
         for pass_ in passes:
             for impl in impls:
-                limit = limits.get(impl)
-                if impl != "swr" and max_baseline_L is not None:
-                    limit = max_baseline_L if limit is None else min(limit, max_baseline_L)
-                if limit is not None and L > limit:
+                if skip(impl, L):
                     continue
                 fn, nbytes = _callable(impl, a, x, q, k, block, pass_)
                 fn()  # warm-up (JIT compilation, allocator)
@@ -246,9 +254,11 @@ def plot(df: pd.DataFrame, bandwidth: float | None = None):
         P.label(ax, "sequence length $L$ (tokens)", "time (s)", title=pass_, legend=False)
     ax = axes[-1]
     swr_rows = df[df.impl == "swr"]
-    for n, pass_ in enumerate(passes):
+    for n, pass_ in enumerate(passes):  # swr's colour, one marker (open after the first) per pass
         d = swr_rows[swr_rows["pass"] == pass_].sort_values("L")
-        P.simulation(ax, d.L, d.gb_per_s, label=f"swr {pass_}", index=n, connect=True)
+        P.simulation(ax, d.L, d.gb_per_s, label=f"swr {pass_}", color=P.PALETTE[0],
+                     marker=P.MARKERS[n % len(P.MARKERS)], connect=True,
+                     markerfacecolor=None if n == 0 else "white")
     if bandwidth and np.isfinite(bandwidth):
         Ls = np.array(sorted(df.L.unique()))
         P.theory(ax, Ls, np.full(len(Ls), bandwidth / 1e9), label="copy bandwidth (roof)")
