@@ -119,6 +119,20 @@ def stage_one_rates(n: int, m: int, d: int, eta: float, mu_norm: float, sigma_xi
     return eta * mu_norm**2 * (1 - 2 * tau) / (4 * m), eta * sigma_xi**2 * d / (2 * n * m)
 
 
+def stage_two_bound(tau_pos: float, tau_neg: float) -> float:
+    """Theorem 4.2's lower bound on the test error at the end of Stage II: ½·min(τ₊, τ₋)."""
+    return 0.5 * min(tau_pos, tau_neg)
+
+
+def noisy_label_error(err_pos: np.ndarray, err_neg: np.ndarray, tau_pos: float,
+                      tau_neg: float) -> np.ndarray:
+    """Expected error against *noisy* test labels of a classifier whose error against the true
+    labels is ``err_pos`` on class +1 and ``err_neg`` on class −1 (classes equally likely):
+    ½[τ₊ + (1 − 2τ₊)·e₊] + ½[τ₋ + (1 − 2τ₋)·e₋]."""
+    return 0.5 * (tau_pos + (1 - 2 * tau_pos) * np.asarray(err_pos)) + \
+        0.5 * (tau_neg + (1 - 2 * tau_neg) * np.asarray(err_neg))
+
+
 def heuristic_boundary(tau: np.ndarray | float) -> np.ndarray | float:
     """n·SNR² at which Stage I's signal gain equals its noise gain: 2/(1 − 2τ).
 
@@ -258,6 +272,12 @@ class TestSet:
         """Accuracy against the true labels."""
         return float(np.mean(self.test.y * self.output() > 0))
 
+    def class_accuracy(self) -> tuple[float, float, float]:
+        """Accuracy against the true labels: overall, on class +1, on class −1."""
+        right = self.test.y * self.output() > 0
+        pos = self.test.y > 0
+        return float(right.mean()), float(right[pos].mean()), float(right[~pos].mean())
+
 
 # --------------------------------------------------------------------------- training runs
 
@@ -310,12 +330,15 @@ def train(data: SignalNoiseData, test: SignalNoiseData | None, W0: np.ndarray, e
     gd = CoefficientGD(W0, data, eta)
     tester = TestSet(gd, W0, test) if test is not None else None
     W = W0.copy()
-    rec = {"margins": [], "test": [], "gmax": [], "rmax": [], "err": [], "resid": []}
+    rec = {"margins": [], "test": [], "pos": [], "neg": [], "gmax": [], "rmax": [], "err": [],
+           "resid": []}
     targets = set(int(s) for s in record)
     for t in range(int(record[-1]) + 1):
         if t in targets:
             rec["margins"].append(gd.margins())
-            rec["test"].append(tester.accuracy() if tester else np.nan)
+            acc = tester.class_accuracy() if tester else (np.nan,) * 3
+            for key, v in zip(("test", "pos", "neg"), acc):
+                rec[key].append(v)
             rec["gmax"].append(gd.coef.gamma.max())
             rec["rmax"].append(gd.coef.rho.max(axis=(0, 1)))
             if reference_every and t > 0:
@@ -327,9 +350,9 @@ def train(data: SignalNoiseData, test: SignalNoiseData | None, W0: np.ndarray, e
             gd.step()
             if reference_every:
                 W = gd_step(W, data, eta)
-    extras = {}
+    extras = {"test_acc_pos": np.array(rec["pos"]), "test_acc_neg": np.array(rec["neg"])}
     if reference_every:
-        extras = {"coef_rel_err": np.array(rec["err"]), "span_residual": np.array(rec["resid"])}
+        extras |= {"coef_rel_err": np.array(rec["err"]), "span_residual": np.array(rec["resid"])}
     return History(steps=np.asarray(sorted(targets)), clean=data.clean,
                    margins=np.array(rec["margins"]), test_accuracy=np.array(rec["test"]),
                    gamma_max=np.array(rec["gmax"]), rho_max=np.array(rec["rmax"]), extras=extras)
@@ -337,16 +360,18 @@ def train(data: SignalNoiseData, test: SignalNoiseData | None, W0: np.ndarray, e
 
 def run_synthetic(tau: float, seed: int, *, base_seed: int, n: int, d: int, m: int, n_snr2: float,
                   sigma_xi: float, sigma0: float, eta: float, steps: int, n_test: int,
-                  record_points: int, reference: bool = False) -> dict:
-    """One chapter run: draw data (flip rates τ₊ = τ₋ = ``tau``), a test set and W⁽⁰⁾ from
-    the stream (base_seed, seed), train, and return the :class:`History` and the run's T₁.
-    The draws do not depend on ``tau``: runs with and without label noise share ξ, μ, W⁽⁰⁾
-    and the test set, and differ only in the flipped labels."""
+                  record_points: int, reference: bool = False, tau_neg: float | None = None) -> dict:
+    """One chapter run: draw data (flip rates τ₊ = ``tau`` and τ₋ = ``tau_neg``, which defaults
+    to ``tau``), a test set and W⁽⁰⁾ from the stream (base_seed, seed), train, and return the
+    :class:`History` and the run's T₁. The draws do not depend on the flip rates: runs with and
+    without label noise share ξ, μ, W⁽⁰⁾ and the test set, and differ only in the flipped
+    labels (for the same uniform draws, a larger rate flips a superset of the samples)."""
     from threadpoolctl import threadpool_limits
 
     rng = np.random.default_rng([base_seed, seed])
     mu_norm = mu_norm_for(n_snr2, n, d, sigma_xi)
-    data = make_data(n, d, mu_norm, rng, sigma_xi=sigma_xi, tau_pos=tau, tau_neg=tau)
+    data = make_data(n, d, mu_norm, rng, sigma_xi=sigma_xi, tau_pos=tau,
+                     tau_neg=tau if tau_neg is None else tau_neg)
     test = make_data(n_test, d, mu_norm, rng, sigma_xi=sigma_xi, mu=data.mu) if n_test else None
     W0 = init_weights(m, d, sigma0, rng)
     t1 = int(round(t1_prediction(n, m, eta, sigma_xi, d)))

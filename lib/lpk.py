@@ -224,9 +224,10 @@ class Trajectory:
     extras: dict = field(default_factory=dict)
 
 
-def _rates(p: Params, split: Split, beta: float, kernels: bool):
+def _rates(p: Params, split: Split, beta: float, kernels: bool, brute_trace: bool = False):
     """Right-hand side of the augmented ODE at w: −∇L_S, and the integrands of Tr K, 1ᵀK1,
-    and (when ``kernels``) of K and K_test."""
+    (when ``kernels``) of K and K_test, and (when ``brute_trace``) of Tr K again, from
+    torch.func per-sample gradients instead of the closed form."""
     g, s = full_gradient(p, split.X, split.y, beta)
     n = split.n
     rate = {"W": -g["W"], "a": -g["a"]}
@@ -236,7 +237,23 @@ def _rates(p: Params, split: Split, beta: float, kernels: bool):
     if kernels:
         K = loss_grad_gram(p, split.X, split.y, split.X, split.y, beta)
         Kt = loss_grad_gram(p, split.X_test, split.y_test, split.X, split.y, beta)
-    return rate, tr, one, K, Kt
+    tr_ref = float((per_sample_grads(p, split.X, split.y, beta) ** 2).sum()) if brute_trace else 0.0
+    return rate, tr, one, K, Kt, tr_ref
+
+
+def directional_second_derivative(p: Params, direction: Params, X: torch.Tensor, y: torch.Tensor,
+                                  beta: float = 10.0) -> torch.Tensor:
+    """d²/ds² ℓ(w + s·v, z) at s = 0 for every row of X (forward-over-forward mode with
+    torch.func.jvp): the curvature of each loss along one shared direction v."""
+    from torch.func import jvp
+
+    def along(s):
+        return losses({k: p[k] + s * direction[k] for k in p}, X, y, beta)
+
+    def slope(s):
+        return jvp(along, (s,), (torch.ones((), dtype=DTYPE),))[1]
+
+    return jvp(slope, (torch.zeros((), dtype=DTYPE),), (torch.ones((), dtype=DTYPE),))[1]
 
 
 def _axpy(p: Params, h: float, r: Params) -> Params:
@@ -245,7 +262,8 @@ def _axpy(p: Params, h: float, r: Params) -> Params:
 
 def gradient_flow(split: Split, width: int, T: float, step: float, *, method: str = "rk4",
                   beta: float = 10.0, seed: int = 0, kernels: bool = False,
-                  n_records: int = 50) -> Trajectory:
+                  n_records: int = 50, brute_trace: bool = False,
+                  second_order: bool = False) -> Trajectory:
     """See :func:`_gradient_flow`. Runs on one torch thread: the operations are tiny (hundreds of
     rows), and several threads only add synchronisation cost (20× slower on a busy 2-core
     machine in our measurements). The caller's thread count is restored afterwards."""
@@ -253,19 +271,30 @@ def gradient_flow(split: Split, width: int, T: float, step: float, *, method: st
     torch.set_num_threads(1)
     try:
         return _gradient_flow(split, width, T, step, method=method, beta=beta, seed=seed,
-                              kernels=kernels, n_records=n_records)
+                              kernels=kernels, n_records=n_records, brute_trace=brute_trace,
+                              second_order=second_order)
     finally:
         torch.set_num_threads(threads)
 
 
 def _gradient_flow(split: Split, width: int, T: float, step: float, *, method: str,
-                   beta: float, seed: int, kernels: bool, n_records: int) -> Trajectory:
+                   beta: float, seed: int, kernels: bool, n_records: int, brute_trace: bool = False,
+                   second_order: bool = False) -> Trajectory:
     """Integrate gradient flow on L_S from N(0,1) initialisation up to time T.
 
     ``method="euler"`` is full-batch gradient descent with learning rate ``step`` and the kernels
     accumulated by the rectangle rule η Σ_k ⟨∇ℓ(w_k, z), ∇ℓ(w_k, z')⟩; ``method="rk4"`` integrates
     the same augmented ODE with classical Runge–Kutta. ``kernels=True`` also accumulates the
-    (n × n) and (n_test × n) kernels (O(n²m) per evaluation instead of O(nm))."""
+    (n × n) and (n_test × n) kernels (O(n²m) per evaluation instead of O(nm)).
+
+    ``brute_trace=True`` also accumulates Tr K from torch.func per-sample gradients
+    (``extras["trace_K_torch_func"]``), with the same quadrature weights.
+    ``second_order=True`` (gradient descent only) accumulates, for every test point, the
+    second-order Taylor term of each step, (η²/2)·Σ_k d²/ds² ℓ(w_k + s·∇L_S(w_k), z) at s = 0
+    (``extras["second_order"]``): the predicted first-order-in-η gap between the network's loss
+    and the kernel machine built from the rectangle-rule kernel."""
+    if second_order and method != "euler":
+        raise ValueError("second_order applies to gradient descent (method='euler')")
     if method not in ("euler", "rk4"):
         raise ValueError(f"method must be 'euler' or 'rk4', got {method!r}")
     if not (T > 0 and step > 0):
@@ -277,7 +306,8 @@ def _gradient_flow(split: Split, width: int, T: float, step: float, *, method: s
     n, nt = split.n, split.X_test.shape[0]
     K = torch.zeros(n, n, dtype=DTYPE) if kernels else None
     Kt = torch.zeros(nt, n, dtype=DTYPE) if kernels else None
-    tr = one = 0.0
+    tr = one = tr_ref = 0.0
+    second = torch.zeros(nt, dtype=DTYPE) if second_order else None
     # log-spaced recording times (training curves are read on a log time axis)
     record_at = set(np.unique(np.concatenate(
         [[0], np.geomspace(1, n_steps, min(n_records, n_steps))]).round().astype(int)).tolist())
@@ -295,9 +325,12 @@ def _gradient_flow(split: Split, width: int, T: float, step: float, *, method: s
         if k in record_at:
             record(k)
         if method == "euler":
-            r, dtr, done, dK, dKt = _rates(p, split, beta, kernels)
+            r, dtr, done, dK, dKt, dref = _rates(p, split, beta, kernels, brute_trace)
+            if second_order:
+                second += 0.5 * h ** 2 * directional_second_derivative(
+                    p, r, split.X_test, split.y_test, beta)
             p = _axpy(p, h, r)
-            tr, one = tr + h * dtr, one + h * done
+            tr, one, tr_ref = tr + h * dtr, one + h * done, tr_ref + h * dref
             if kernels:
                 K += h * dK
                 Kt += h * dKt
@@ -306,18 +339,24 @@ def _gradient_flow(split: Split, width: int, T: float, step: float, *, method: s
         for i, c in enumerate((0.0, 0.5, 0.5, 1.0)):
             if i:
                 q = _axpy(p, c * h, stages[-1][0])
-            stages.append(_rates(q, split, beta, kernels))
+            stages.append(_rates(q, split, beta, kernels, brute_trace))
         p = {key: p[key] + h * sum(wt * st[0][key] for wt, st in zip(weights, stages)) for key in p}
         tr += h * sum(wt * st[1] for wt, st in zip(weights, stages))
         one += h * sum(wt * st[2] for wt, st in zip(weights, stages))
+        tr_ref += h * sum(wt * st[5] for wt, st in zip(weights, stages))
         if kernels:
             K += h * sum(wt * st[3] for wt, st in zip(weights, stages))
             Kt += h * sum(wt * st[4] for wt, st in zip(weights, stages))
     record(n_steps)
     arr = lambda key: np.asarray(rec[key])  # noqa: E731
+    extras = {}
+    if brute_trace:
+        extras["trace_K_torch_func"] = tr_ref
+    if second_order:
+        extras["second_order"] = second.numpy()
     return Trajectory(T=T, step=h, method=method, params0=p0, params=p, times=arr("t"),
                       train_loss=arr("train"), test_loss=arr("test"), trace_K=arr("tr"),
-                      sum_K=arr("one"), K=K, K_test=Kt)
+                      sum_K=arr("one"), K=K, K_test=Kt, extras=extras)
 
 
 def brute_force_lpk(split: Split, width: int, T: float, step: float, beta: float = 10.0,

@@ -202,3 +202,39 @@ def test_digits_task_and_training_are_deterministic():
     assert h1["test"].shape == (3,)
     for k in h1:
         np.testing.assert_array_equal(h1[k], h2[k])
+
+
+def test_stage_two_bound_and_noisy_label_error():
+    assert M.stage_two_bound(0.1, 0.3) == pytest.approx(0.05)
+    assert M.stage_two_bound(0.2, 0.2) == pytest.approx(0.1)
+    # a classifier right on every fresh sample errs on the flipped test labels only
+    assert M.noisy_label_error(0.0, 0.0, 0.1, 0.3) == pytest.approx(0.2)
+    # one that is always wrong errs exactly on the unflipped ones
+    assert M.noisy_label_error(1.0, 1.0, 0.1, 0.3) == pytest.approx(0.8)
+    # by Monte Carlo: class +1 wrong with probability 0.25, class −1 right
+    rng = np.random.default_rng(0)
+    y = rng.choice([-1.0, 1.0], size=200_000)
+    pred = np.where((y > 0) & (rng.random(y.size) < 0.25), -y, y)
+    y_obs = np.where(rng.random(y.size) < np.where(y > 0, 0.1, 0.3), -y, y)
+    assert np.mean(pred != y_obs) == pytest.approx(M.noisy_label_error(0.25, 0.0, 0.1, 0.3), abs=0.005)
+
+
+def test_run_synthetic_asymmetric_flips_and_class_accuracy():
+    kw = dict(base_seed=3, n=400, d=60, m=3, n_snr2=5.0, sigma_xi=1.0, sigma0=0.01, eta=0.1,
+              steps=5, n_test=300, record_points=3)
+    a = M.run_synthetic(0.1, 0, tau_neg=0.4, **kw)["history"]
+    sym = M.run_synthetic(0.1, 0, **kw)["history"]
+    none = M.run_synthetic(0.0, 0, **kw)["history"]
+    rng = np.random.default_rng([3, 0])
+    mu_norm = M.mu_norm_for(5.0, 400, 60)
+    data = M.make_data(400, 60, mu_norm, rng, tau_pos=0.1, tau_neg=0.4)
+    test = M.make_data(300, 60, mu_norm, rng, mu=data.mu)
+    np.testing.assert_array_equal(a.clean, data.clean)
+    # the same uniforms decide the flips: a larger rate flips a superset of the samples
+    assert np.all(~sym.clean <= ~a.clean) and none.clean.all()
+    pos = data.y > 0
+    assert (~a.clean[~pos]).mean() > (~a.clean[pos]).mean()
+    # overall test accuracy is the class-weighted mean of the per-class accuracies
+    share = np.mean(test.y > 0)
+    np.testing.assert_allclose(a.test_accuracy, share * a.extras["test_acc_pos"]
+                               + (1 - share) * a.extras["test_acc_neg"], atol=1e-12)
