@@ -45,10 +45,11 @@ def trajectory(setting: Setting, history: list[Matrices], other: Setting | None 
 
 def train_run(method: str, seed: int, setting: Setting, steps: int, lr: float,
               record_every: int, root: int = 0, other: Setting | None = None, ks=(30,),
-              **hyper) -> dict:
+              stream_id: int = TRAIN_STREAM, **hyper) -> dict:
     """One seeded post-training run summarised by :func:`trajectory`, plus its final logits
-    (a function of plain arguments, so :func:`lib.sweep.sweep` can farm it out)."""
-    history = post_train(setting, method, steps, lr, stream(root, TRAIN_STREAM, seed),
+    (a function of plain arguments, so :func:`lib.sweep.sweep` can farm it out); ``stream_id``
+    names the sub-stream, so that the runs of different experiments are independent."""
+    history = post_train(setting, method, steps, lr, stream(root, stream_id, seed),
                          record_every, **hyper)
     return {**trajectory(setting, history, other, ks), "logits": history[-1]}
 
