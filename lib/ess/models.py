@@ -315,7 +315,8 @@ def run_delimited(d_k: int, n_pairs: int, seed: int, *, delimited: bool, n_segme
     ESS profile over positions (tolerance ``tau``, mean over sequences), the mean gate, the ESS
     right after each delimiter (position ``d+1``: the state that has just read the delimiter)
     and the mean ESS elsewhere — at the other positions where the block shape does not cap the
-    rank (``min(i, ℓ−i) > d_k``)."""
+    rank (``min(i, ℓ−i) > d_k``); ``entropy_after`` / ``entropy_elsewhere`` likewise for the
+    entropy-ESS."""
     vocab = Vocab(n_keys=n_keys)
     cfg = ModelConfig("gla", d_k, d_model=d_model, vocab_size=vocab.size)
     tc = TrainConfig(n_pairs=n_pairs, steps=steps, batch=batch, lr=lr, length=segment_length,
@@ -332,7 +333,10 @@ def run_delimited(d_k: int, n_pairs: int, seed: int, *, delimited: bool, n_segme
     with torch.no_grad():
         _, log_a = model(torch.from_numpy(tokens[:n_ess]), return_gates=True)
     gate = torch.exp(log_a).mean(dim=(0, 2)).numpy()
+    entropy = prof["entropy"].mean(axis=0)
     return {"accuracy": accuracy(model, tokens, targets), "ess_profile": ess,
-            "entropy_profile": prof["entropy"].mean(axis=0), "gate_profile": gate,
+            "entropy_profile": entropy, "gate_profile": gate,
             "delimiters": delims, "ess_after": float(ess[after].mean()),
-            "ess_elsewhere": float(ess[others].mean())}
+            "ess_elsewhere": float(ess[others].mean()),
+            "entropy_after": float(entropy[after].mean()),
+            "entropy_elsewhere": float(entropy[others].mean())}
