@@ -9,7 +9,7 @@ from lib.induction import theory as TH
 from lib.induction.data import PAD, LengthDist, ood_lengths, sample_ood, sample_train
 from lib.induction.one_layer import (Embedding, _grads_at_zero_kq, evaluate, reference_grad,
                                      train_two_step)
-from lib.induction.realistic import RealisticConfig, Transformer, realistic_cell
+from lib.induction.realistic import RealisticConfig, Transformer, realistic_cell, train
 
 N, N_TRG = 9, 2
 
@@ -204,3 +204,18 @@ def test_realistic_model_shapes_and_determinism():
     assert out.shape == (8, N)
     kw = dict(n_vocab=N, n_trg=1, n_pos=20, d_model=16, n_heads=2, batch=8, steps=3, m_test=32)
     assert realistic_cell(2, 5, 0, **kw) == realistic_cell(2, 5, 0, **kw)
+
+
+def test_realistic_training_stops_when_the_task_is_solved():
+    """Training runs to the step cap while the held-out accuracy is below the target, and not
+    a step beyond the first check at which it is reached."""
+    kw = dict(n_vocab=N, n_trg=1, n_pos=20, d_model=16, n_heads=2, batch=8, m_check=16,
+              check_every=2)
+    dist = LengthDist.uniform(2, 4)
+    _, never = train(RealisticConfig(steps=5, target_accuracy=1.01, **kw), dist, 0)
+    assert never["steps"] == 5
+    _, at_once = train(RealisticConfig(steps=5, target_accuracy=0.0, **kw), dist, 0)
+    assert at_once["steps"] == 0
+    model, solved = train(RealisticConfig(steps=400, target_accuracy=0.9, lr=3e-3, **kw),
+                          dist, 0)
+    assert solved["id_accuracy"] >= 0.9 and solved["steps"] % 2 == 0 and solved["steps"] < 400
