@@ -159,51 +159,69 @@ def evaluate(model: Decoder, grammar: Grammar, strings, js: np.ndarray, dm: int,
     return np.where(valid, nll, np.nan), hidden[:, D:-1].cpu().numpy()
 
 
-def probe_accuracy(hidden: np.ndarray, labels: np.ndarray, lengths: np.ndarray, positions, n_train: int,
-                   seed: int) -> np.ndarray:
-    """Held-out accuracy of a logistic-regression probe of ``labels`` from ``hidden[:, t]``, for
-    each position ``t`` (trained on the first ``n_train`` samples that reach ``t``)."""
+def prefix_split(strings, t: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Indices of the strings that reach position ``t`` (length ≥ t), split into two halves by
+    their prefix ``x_{<t}``: every distinct prefix goes wholly to the train or the test side (a
+    random half of the distinct prefixes each), so a probe cannot pass by memorising prefixes."""
+    idx = np.asarray([i for i, s in enumerate(strings) if len(s) >= t])
+    prefixes = [tuple(strings[i][:t]) for i in idx]
+    distinct = sorted(set(prefixes))
+    train_set = {distinct[k] for k in rng.permutation(len(distinct))[: len(distinct) // 2]}
+    side = np.asarray([p in train_set for p in prefixes], dtype=bool)
+    return idx[side], idx[~side]
+
+
+def probe(hidden: np.ndarray, labels: np.ndarray, t: int, train_idx, test_idx, seed: int):
+    """A logistic-regression probe of ``labels`` from ``hidden[:, t]``, trained on ``train_idx``;
+    its predictions on ``test_idx``."""
     from sklearn.linear_model import LogisticRegression
 
-    acc = []
-    for t in positions:
-        idx = np.flatnonzero(lengths >= t)
-        train_idx, test_idx = idx[:n_train], idx[n_train:]
-        if len(np.unique(labels[train_idx])) < 2:
-            acc.append(float(np.mean(labels[test_idx] == labels[train_idx][0])))
-            continue
-        clf = LogisticRegression(C=1.0, max_iter=500, random_state=seed)
-        clf.fit(hidden[train_idx, t], labels[train_idx])
-        acc.append(float(clf.score(hidden[test_idx, t], labels[test_idx])))
-    return np.asarray(acc)
+    if len(np.unique(labels[train_idx])) < 2:
+        return np.full(len(test_idx), labels[train_idx][0])
+    clf = LogisticRegression(C=1.0, max_iter=500, random_state=seed)
+    clf.fit(hidden[train_idx, t], labels[train_idx])
+    return clf.predict(hidden[test_idx, t])
 
 
 @torch.no_grad()
-def continuations_grammatical(model: Decoder, grammar: Grammar, prompts, rng_seed: int,
-                              max_new: int = 40, device: str = "cpu") -> np.ndarray:
-    """Sample a continuation of each terminal prompt (metadata masked, temperature 1) until EOS;
-    whether the completed string is in the language (under some metadata)."""
+def continuations(model: Decoder, grammar: Grammar, prompts, rng_seed: int, max_new: int = 40,
+                  device: str = "cpu") -> list:
+    """Sample a continuation of each terminal prompt with the metadata masked (temperature 1,
+    terminals and EOS only) until EOS; the completed strings (``None`` if no EOS within
+    ``max_new`` tokens)."""
     vocab = Vocab(grammar.n_terminals, grammar.depth, grammar.n_sets)
     gen = torch.Generator().manual_seed(rng_seed)
     seqs = [[vocab.bos] + [vocab.mask] * grammar.depth + list(p) for p in prompts]
     done = [False] * len(seqs)
     for _ in range(max_new):
-        L = max(len(s) for s in seqs)
-        tokens = torch.full((len(seqs), L), vocab.eos)
-        for b, s in enumerate(seqs):
-            tokens[b, : len(s)] = torch.as_tensor(s)
-        logits = model(tokens.to(device))[torch.arange(len(seqs)), torch.as_tensor([len(s) - 1 for s in seqs])]
+        live = [b for b in range(len(seqs)) if not done[b]]
+        if not live:
+            break
+        L = max(len(seqs[b]) for b in live)
+        tokens = torch.full((len(live), L), vocab.eos)
+        for i, b in enumerate(live):
+            tokens[i, : len(seqs[b])] = torch.as_tensor(seqs[b])
+        last = torch.as_tensor([len(seqs[b]) - 1 for b in live])
+        logits = model(tokens.to(device))[torch.arange(len(live)), last]
         probs = torch.softmax(logits[:, : vocab.eos + 1].float().cpu(), -1)  # terminals and EOS only
         nxt = torch.multinomial(probs, 1, generator=gen).squeeze(1).tolist()
-        for b, tok in enumerate(nxt):
-            if not done[b]:
-                seqs[b].append(tok)
-                done[b] = tok == vocab.eos
-        if all(done):
-            break
-    strings = [tuple(s[1 + grammar.depth : -1]) if d else (-1,) for s, d in zip(seqs, done)]
-    ok = np.zeros(len(strings), dtype=bool)
-    finished = [i for i, s in enumerate(strings) if s and s != (-1,)]
-    if finished:
-        ok[finished] = is_grammatical(grammar, [strings[i] for i in finished])
-    return ok
+        for b, tok in zip(live, nxt):
+            seqs[b].append(tok)
+            done[b] = tok == vocab.eos
+    return [tuple(s[1 + grammar.depth : -1]) if d else None for s, d in zip(seqs, done)]
+
+
+def grammatical(grammar: Grammar, strings, js: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """CYK membership of each string (``None``, an unfinished sample, counts as ungrammatical)
+    under the sample's own metadata ``js[b]`` and under some metadata."""
+    under_true = np.zeros(len(strings), dtype=bool)
+    under_any = np.zeros(len(strings), dtype=bool)
+    ok = [i for i, s in enumerate(strings) if s]
+    if not ok:
+        return under_true, under_any
+    finished = [strings[i] for i in ok]
+    under_any[ok] = is_grammatical(grammar, finished)
+    for j in {tuple(int(v) for v in js[i]) for i in ok}:
+        sel = [k for k, i in enumerate(ok) if tuple(int(v) for v in js[i]) == j]
+        under_true[[ok[k] for k in sel]] = is_grammatical(grammar, [finished[k] for k in sel], j)
+    return under_true, under_any

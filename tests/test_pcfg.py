@@ -175,3 +175,23 @@ def test_baseline_and_metadata_model_see_the_same_masked_sequences(grammar, monk
     masked_meta = [s for dm, s in seen[2] if dm == 0]
     assert [s for _, s in seen[0]] == masked_meta  # identical masked stream
     assert [dm for dm, _ in seen[2]] == [0, 2] * 3  # plus one shown batch per step
+
+
+def test_prefix_split_keeps_each_prefix_on_one_side(grammar):
+    lang = pcfg.Language(grammar)
+    strings, _ = lang.sample(300, np.random.default_rng(8))
+    tr, te = M.prefix_split(strings, 4, np.random.default_rng(0))
+    assert len(tr) + len(te) == sum(len(s) >= 4 for s in strings)
+    assert not {strings[i][:4] for i in tr} & {strings[i][:4] for i in te}
+    assert len(tr) > 0 and len(te) > 0
+
+
+def test_grammatical_under_true_and_any_metadata(grammar):
+    lang = pcfg.Language(grammar)
+    configs = grammar.configs()
+    strings = [lang.strings[i] for i in range(0, len(lang.strings), max(1, len(lang.strings) // 40))]
+    owners = [{configs[c] for s2, c in zip(lang.strings, lang.config_of) if s2 == s} for s in strings]
+    js = np.asarray([configs[(k * 5) % len(configs)] for k in range(len(strings))])
+    true_ok, any_ok = M.grammatical(grammar, strings + [None], np.vstack([js, js[:1]]))
+    assert list(true_ok[:-1]) == [tuple(j) in o for j, o in zip(js, owners)]
+    assert any_ok[:-1].all() and not any_ok[-1] and not true_ok[-1]  # None: an unfinished sample
