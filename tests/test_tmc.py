@@ -258,5 +258,7 @@ def test_post_train_is_deterministic_and_refuses_unknown_methods(tree):
     a = M.train_run("PPO", 3, s, 50, 0.5, 10)
     b = M.train_run("PPO", 3, s, 50, 0.5, 10)
     assert np.array_equal(a["entropy"], b["entropy"]) and len(a["entropy"]) == 6
+    other = M.train_run("PPO", 3, s, 50, 0.5, 10, stream_id=3)  # another experiment's stream
+    assert not np.array_equal(a["entropy"], other["entropy"])
     with pytest.raises(ValueError, match="unknown method"):
         M.post_train(s, "DPO", 10, 0.1, np.random.default_rng(0))
