@@ -78,9 +78,9 @@ def grid_contour(ax, values: np.ndarray, l_lo: int, level: float, **kw):
 
 def log_axis(axis, ticks):
     """A log-scaled axis labelled with plain numbers at ``ticks`` (no crowded minor labels)."""
-    from matplotlib.ticker import FixedLocator, NullFormatter, ScalarFormatter
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
     axis.axes.set_xscale("log") if axis.axis_name == "x" else axis.axes.set_yscale("log")
     axis.set_major_locator(FixedLocator(ticks))
-    axis.set_major_formatter(ScalarFormatter())
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     axis.set_minor_formatter(NullFormatter())
