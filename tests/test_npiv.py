@@ -86,24 +86,6 @@ def test_f2bmld_is_deterministic_and_fits_demand():
     assert r1.L[-1, 0] < 0.5 * r1.L[0, 0]  # the Lagrangian has come down
 
 
-def test_rate_fit_recovers_exponential():
-    k = np.arange(1000)
-    L = 1.0 + np.exp(-0.05 * k) + 1e-9 * np.cos(k)  # settles at 1 with tiny fluctuations
-    fit = analysis.fit_rate(k, L, top=1e6, bottom=100.0)  # well above the fluctuations
-    assert fit.rate == pytest.approx(0.05, rel=1e-3)
-    assert fit.r2 > 0.9999
-    near_floor = analysis.fit_rate(k, L)  # the default window ends at 5x the fluctuations
-    assert near_floor.rate == pytest.approx(0.05, rel=0.02)
-    assert near_floor.r2 > 0.98
-
-
-def test_rate_fit_rejects_power_law_shape():
-    """A 1/k decay has a log-gap that is not a line: R² is visibly below 1."""
-    k = np.arange(1, 2001)
-    fit = analysis.fit_rate(k, 1.0 / k**2 + 1e-7 * np.cos(k), top=1e4, bottom=2.0)
-    assert fit.r2 < 0.95
-
-
 def test_bias_variance_fit_recovers_coefficients():
     lam = np.logspace(-2, 2, 9)
     fit = analysis.fit_bias_variance(lam, 0.2 / lam + 0.03 * lam + 0.5)
@@ -191,3 +173,56 @@ def test_polishing_measures_without_moving_the_run():
     torch.testing.assert_close(plain.a.x, polished.a.x)
     np.testing.assert_allclose(polished.L_tracker, plain.L, rtol=1e-6)
     assert np.all(polished.L >= polished.L_tracker - 1e-6)  # smaller subtracted min G
+
+
+def test_compare_decay_prefers_the_true_model():
+    """On a fixed window an exponential gap is fitted better by the exponential, a power law
+    better by the power law; the ratio discriminates in both directions."""
+    t = np.linspace(0.1, 30, 300)
+    ex = analysis.compare_decay(t, np.exp(-0.4 * t) * (1 + 0.01 * np.cos(7 * t)), 5, 20)
+    pw = analysis.compare_decay(t, t**-2.0 * (1 + 0.01 * np.cos(7 * t)), 5, 20)
+    assert ex.fitted and ex.rate == pytest.approx(0.4, rel=0.02) and ex.ratio > 10
+    assert ex.decades == pytest.approx(0.4 * 15 / np.log(10), rel=0.02)
+    assert pw.fitted and pw.exponent == pytest.approx(2.0, rel=0.02) and pw.ratio < 0.1
+    assert ex.delta_aic > 0 > pw.delta_aic
+
+
+def test_compare_decay_refuses_a_window_it_cannot_fit():
+    """A gap that crosses zero (or too few points) is not fitted: NaN, never silently dropped."""
+    t = np.linspace(0.1, 30, 300)
+    bad = analysis.compare_decay(t, np.exp(-0.4 * t) - 1e-3, 5, 20)
+    assert not bad.fitted and np.isnan(bad.ratio) and np.isnan(bad.rate)
+    assert not analysis.compare_decay(t, np.exp(-t), 5, 5.05).fitted
+
+
+def test_flow_step_gives_every_lambda_the_same_clock():
+    """With ``flow_step`` every run steps h, whatever its λ; by default h = η/(1 + λ)."""
+    s = demand.sample(32, np.random.default_rng(2))
+    T = lambda x: torch.tensor(np.stack([x, x]), dtype=torch.float32)  # noqa: E731
+    data = mf.IVData(mf.Inputs(T(s.A)), T(s.W), T(s.Y))
+    cfg = mf.F2BMLDConfig(n_particles=4, steps=3, eta=0.3, record_every=1)
+    np.testing.assert_allclose(mf.f2bmld(data, np.array([1.0, 5.0]), cfg, 0).dt,
+                               [0.15, 0.05], rtol=1e-6)
+    fixed = mf.F2BMLDConfig(**{**cfg.__dict__, "flow_step": 0.02})
+    np.testing.assert_allclose(mf.f2bmld(data, np.array([1.0, 5.0]), fixed, 0).dt, [0.02, 0.02],
+                               rtol=1e-6)
+
+
+@pytest.mark.parametrize("method", ["sieve", "kiv"])
+def test_functional_treatment_recovers_a_known_bellman_solution(method):
+    """OPE form: with Y = Q(z) + κ Q(z') for a smooth Q and W = z (no confounding), the
+    baselines recover Q from the functional treatment; ignoring κ does markedly worse."""
+    rng = np.random.default_rng(0)
+    n = 400
+    z = rng.uniform(-1, 1, (n, 2))
+    zn = np.clip(z + 0.2 * rng.standard_normal((n, 2)), -1, 1)  # a transition
+    kappa = -0.5 * (rng.random(n) < 0.8)
+    q = lambda x: np.sin(2 * x[:, 0]) + x[:, 1] ** 2  # noqa: E731
+    y = q(z) + kappa * q(zn) + 0.01 * rng.standard_normal(n)
+    test = rng.uniform(-0.9, 0.9, (200, 2))
+    make = (lambda: baselines.Sieve2SLS(n_basis=60)) if method == "sieve" else baselines.KernelIV
+    fit = make().fit(z, z, y, np.random.default_rng(1), z_next=zn, kappa=kappa)
+    naive = make().fit(z, z, y, np.random.default_rng(1))
+    err = np.mean((fit.predict(test) - q(test)) ** 2)
+    assert err < 0.05
+    assert err < 0.3 * np.mean((naive.predict(test) - q(test)) ** 2)

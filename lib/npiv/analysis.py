@@ -1,69 +1,11 @@
-"""Fits that turn runs into the chapter's numbers: exponential rates of the Lagrangian gap
-and the bias-plus-variance form of the test error against λ."""
+"""Fits that turn runs into the chapter's numbers: exponential against power-law decay of the
+Lagrangian gap on a fixed window, and the bias-plus-variance form of the test error against λ."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
-
-
-@dataclass
-class RateFit:
-    rate: float     # fitted decay per iteration of log(gap)
-    r2: float       # coefficient of determination of the linear fit
-    start: int      # first and last index of the fitted window
-    stop: int
-    floor: float    # the gap level treated as the stationary fluctuation
-
-
-TAIL = 0.25  # the last quarter of a run is its stationary phase
-
-
-def gap_to_settled(L: np.ndarray, tail: float = TAIL) -> np.ndarray:
-    """``|L_k − L̄|`` along the first axis, where ``L̄`` is the value the run settles at (the
-    mean over its last ``tail`` fraction). Under Langevin noise the running minimum is an
-    extreme of the fluctuations, and the tracked Lagrangian may dip below its limit while
-    the inner systems catch up, so the settled value is the reference."""
-    L = np.asarray(L, float)
-    return np.abs(L - L[int(len(L) * (1 - tail)):].mean(axis=0))
-
-
-def transient_window(gap: np.ndarray, tail: float = TAIL, top: float = 50.0,
-                     bottom: float = 5.0) -> tuple[int, int, float]:
-    """The last decade of a decaying gap curve's transient, where its slowest mode rules:
-    from the first index where the gap is below ``top`` × the stationary level (the largest
-    gap over the last ``tail`` of the run) to the first after it below ``bottom`` × that
-    level (so the fluctuations are at most a fifth of the fitted gap). Returns (start, stop,
-    stationary level)."""
-    floor = float(gap[int(len(gap) * (1 - tail)):].max())
-    start = int(np.argmax(gap <= top * floor))
-    below = np.flatnonzero(gap[start:] <= bottom * floor)
-    stop = start + (int(below[0]) if below.size else len(gap) - 1 - start)
-    return start, stop, floor
-
-
-def linear_fit(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
-    """Least-squares line ``y ≈ slope·x + intercept`` and its R²."""
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    slope, intercept = np.polyfit(x, y, 1)
-    resid = y - (slope * x + intercept)
-    ss_tot = float(((y - y.mean()) ** 2).sum())
-    r2 = 1.0 - float((resid**2).sum()) / ss_tot if ss_tot > 0 else float("nan")
-    return float(slope), float(intercept), r2
-
-
-def fit_rate(steps: np.ndarray, L: np.ndarray, **window) -> RateFit:
-    """Exponential rate of one run's Lagrangian gap (to its settled value) over its
-    transient: the slope of log-gap against iteration (needs ≥ 5 points; otherwise rate and
-    R² are NaN)."""
-    gap = gap_to_settled(L, window.get("tail", TAIL))
-    start, stop, floor = transient_window(gap, **window)
-    if stop - start + 1 < 5:
-        return RateFit(float("nan"), float("nan"), start, stop, floor)
-    sl = slice(start, stop + 1)
-    slope, _, r2 = linear_fit(steps[sl], np.log(gap[sl]))
-    return RateFit(-slope, r2, start, stop, floor)
 
 
 @dataclass
@@ -92,3 +34,49 @@ def fit_bias_variance(lam: np.ndarray, err: np.ndarray) -> BiasVarianceFit:
     ss = float(((err - err.mean()) ** 2).sum())
     return BiasVarianceFit(float(a), float(b), float(c),
                            1 - float(((err - pred) ** 2).sum()) / ss if ss > 0 else float("nan"))
+
+
+@dataclass
+class DecayComparison:
+    """Exponential against power-law decay of one run's gap on a fixed flow-time window."""
+
+    rate: float            # α of the exponential fit log g ≈ a − α t
+    exponent: float        # p of the power-law fit log g ≈ b − p log t
+    rss_exp: float         # residual sums of squares of log g under each fit
+    rss_pow: float
+    decades: float         # log10 of the fitted exponential's decay over the window
+    n_points: int
+    fitted: bool           # False when a gap in the window is ≤ 0 or too few points
+
+    @property
+    def ratio(self) -> float:
+        """Residual ratio RSS_power / RSS_exp (> 1: the exponential fits better)."""
+        return self.rss_pow / self.rss_exp if self.fitted and self.rss_exp > 0 else float("nan")
+
+    @property
+    def delta_aic(self) -> float:
+        """AIC(power) − AIC(exponential) = n log(RSS_pow / RSS_exp), both models having two
+        parameters (positive: the exponential is preferred)."""
+        return self.n_points * float(np.log(self.ratio)) if self.fitted else float("nan")
+
+
+def compare_decay(t: np.ndarray, gap: np.ndarray, t_lo: float, t_hi: float,
+                  min_points: int = 5) -> DecayComparison:
+    """Fit ``log gap`` on the flow-time window ``t_lo ≤ t ≤ t_hi`` (fixed in advance, not read
+    from the data) by a line in ``t`` (exponential decay) and by a line in ``log t`` (the
+    power law ``c·t^{−p}`` from the flow's start, as gradient flow on a merely convex
+    objective gives). A window with a non-positive gap or fewer than ``min_points`` points
+    cannot be fitted: ``fitted`` is False and every number is NaN."""
+    t, gap = np.asarray(t, float), np.asarray(gap, float)
+    sel = (t >= t_lo) & (t <= t_hi)
+    n = int(sel.sum())
+    nan = float("nan")
+    if n < min_points or t_lo <= 0 or not np.all(gap[sel] > 0):
+        return DecayComparison(nan, nan, nan, nan, nan, n, False)
+    y = np.log(gap[sel])
+    s_exp, i_exp = np.polyfit(t[sel], y, 1)
+    s_pow, i_pow = np.polyfit(np.log(t[sel]), y, 1)
+    rss_exp = float(((y - (s_exp * t[sel] + i_exp)) ** 2).sum())
+    rss_pow = float(((y - (s_pow * np.log(t[sel]) + i_pow)) ** 2).sum())
+    return DecayComparison(float(-s_exp), float(-s_pow), rss_exp, rss_pow,
+                           float(-s_exp * (t_hi - t_lo) / np.log(10)), n, True)

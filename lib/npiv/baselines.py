@@ -51,13 +51,18 @@ class Sieve2SLS:
     n_basis: int = 50
     ridge: float = 1e-4
 
-    def fit(self, A: np.ndarray, W: np.ndarray, Y: np.ndarray, rng: np.random.Generator):
+    def fit(self, A: np.ndarray, W: np.ndarray, Y: np.ndarray, rng: np.random.Generator,
+            z_next: np.ndarray | None = None, kappa: np.ndarray | None = None):
+        """Fit on treatment inputs ``A`` (with ``z_next``/``kappa`` the treatment is the
+        functional ``h(A) + κ h(z_next)``, whose features are ``ψ(A) + κ ψ(z_next)``)."""
         idx_a = rng.choice(len(A), self.n_basis, replace=False)
         idx_w = rng.choice(len(W), self.n_basis, replace=False)
         self.ca, self.cw = A[idx_a], W[idx_w]
         self.ba, self.bw = median_bandwidth(A), median_bandwidth(W)
-        self.theta = two_stage_least_squares(self._fa(A), self._fw(W), Y, self.ridge,
-                                             self.ridge)
+        psi = self._fa(A)
+        if z_next is not None:
+            psi = psi + np.asarray(kappa)[:, None] * self._fa(z_next)
+        self.theta = two_stage_least_squares(psi, self._fw(W), Y, self.ridge, self.ridge)
         return self
 
     def _fa(self, A):
@@ -81,17 +86,30 @@ class KernelIV:
 
     grid: tuple[float, ...] = (1e-5, 1e-4, 1e-3, 1e-2, 1e-1)
 
-    def fit(self, A: np.ndarray, W: np.ndarray, Y: np.ndarray, rng: np.random.Generator):
+    def fit(self, A: np.ndarray, W: np.ndarray, Y: np.ndarray, rng: np.random.Generator,
+            z_next: np.ndarray | None = None, kappa: np.ndarray | None = None):
+        """Fit on treatment inputs ``A``. With ``z_next``/``kappa`` the treatment is the
+        functional ``h(A) + κ h(z_next)``: its feature map is ``k(A, ·) + κ k(z_next, ·)`` and
+        the treatment Gram matrices combine the four kernel blocks accordingly."""
         perm = rng.permutation(len(Y))
         i1, i2 = perm[: len(Y) // 2], perm[len(Y) // 2:]
-        self.A1 = A[i1]
         self.ba, bw = median_bandwidth(A), median_bandwidth(W)
-        KA11 = gauss_kernel(A[i1], A[i1], self.ba)
-        KA12 = gauss_kernel(A[i1], A[i2], self.ba)
+        if z_next is None:
+            z_next, kappa = A, np.zeros(len(Y))
+        kappa = np.asarray(kappa, float)
+        self.A1, self.N1, self.k1 = A[i1], z_next[i1], kappa[i1]
+
+        def gram(i, j):  # ⟨k(A_i,·) + κ_i k(N_i,·), k(A_j,·) + κ_j k(N_j,·)⟩
+            k = gauss_kernel(A[i], A[j], self.ba)
+            k = k + gauss_kernel(A[i], z_next[j], self.ba) * kappa[j][None, :]
+            k = k + kappa[i][:, None] * gauss_kernel(z_next[i], A[j], self.ba)
+            return k + kappa[i][:, None] * gauss_kernel(z_next[i], z_next[j], self.ba) \
+                * kappa[j][None, :]
+
+        KA11, KA12, KA22 = gram(i1, i1), gram(i1, i2), gram(i2, i2)
         KW11 = gauss_kernel(W[i1], W[i1], bw)
         KW12 = gauss_kernel(W[i1], W[i2], bw)
         n1, n2 = len(i1), len(i2)
-        KA22 = gauss_kernel(A[i2], A[i2], self.ba)
 
         def stage1(lam1):  # (n1, n2): coefficients of the projected features at W2
             return np.linalg.solve(KW11 + n1 * lam1 * np.eye(n1), KW12)
@@ -116,7 +134,9 @@ class KernelIV:
         return self
 
     def predict(self, A: np.ndarray) -> np.ndarray:
-        return gauss_kernel(A, self.A1, self.ba) @ self.alpha
+        """``h(A) = Σ_i α_i (k(A, A_i) + κ_i k(A, N_i))``."""
+        k = gauss_kernel(A, self.A1, self.ba) + gauss_kernel(A, self.N1, self.ba) * self.k1
+        return k @ self.alpha
 
 
 # --------------------------------------------------------------------------------- DFIV

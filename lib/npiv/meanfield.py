@@ -96,10 +96,10 @@ class MeanFieldNet:
 
     @staticmethod
     def init(batch: int, n_particles: int, dim: int, generator: torch.Generator,
-             scale: float = 0.05, R: float = 4.0) -> MeanFieldNet:
+             scale: float = 0.05, R: float = 4.0, dtype=DTYPE) -> MeanFieldNet:
         """Particles drawn i.i.d. from N(0, scale² I) (the paper's small initialisation)."""
         x = scale * torch.randn(batch, n_particles, dim + 2, generator=generator, dtype=DTYPE)
-        return MeanFieldNet(x, R)
+        return MeanFieldNet(x.to(dtype), R)
 
     @property
     def n_particles(self) -> int:
@@ -253,6 +253,8 @@ class F2BMLDConfig:
     record_every: int = 10
     common_step: bool = False  # one step h = η/(1+λ) for all three systems
     tracker_steps: int = 1     # steps of μ_w (step η) per step of μ_w̃: μ_w ≈ argmin G_σ(μ_a, ·)
+    flow_step: float | None = None  # if set, h for every run (equal flow time t = k·h for all λ)
+    float64: bool = False      # run the particles in double precision (for gaps near 1e-8)
 
 
 @dataclass
@@ -266,6 +268,17 @@ class F2BMLDRun:
     L: np.ndarray                          # (len(steps), B) L_λ, inner minimum polished
     snapshots: list = field(default_factory=list)  # particles of μ_a at chosen steps
     L_tracker: np.ndarray | None = None    # (len(steps), B) L_λ with the tracker μ_w as is
+
+
+def _double(net: MeanFieldNet) -> MeanFieldNet:
+    return MeanFieldNet(net.x.double(), net.R)
+
+
+def _double_data(data: IVData) -> IVData:
+    def d(v):
+        return None if v is None else v.double()
+
+    return IVData(Inputs(d(data.A.z), d(data.A.z_next), d(data.A.kappa)), d(data.W), d(data.Y))
 
 
 def polish_inner(w: MeanFieldNet, ha: Tensor, data: IVData, cfg: F2BMLDConfig,
@@ -292,13 +305,17 @@ def f2bmld(data: IVData, lam, cfg: F2BMLDConfig, seed: int,
     measure_gen = torch.Generator().manual_seed(int(seed) + 1)  # measuring never moves the run
     lam = torch.as_tensor(lam, dtype=DTYPE).expand(B).clone()
     d_a, d_w = data.A.dim, data.W.shape[-1]
-    a = MeanFieldNet.init(B, cfg.n_particles, d_a, gen, cfg.init_scale, cfg.R)
-    w = MeanFieldNet.init(B, cfg.n_particles, d_w, gen, cfg.init_scale, cfg.R)
-    wt = MeanFieldNet.init(B, cfg.n_particles, d_w, gen, cfg.init_scale, cfg.R)
-    eta = cfg.eta / (1 + lam)
+    dtype = torch.float64 if cfg.float64 else DTYPE
+    if cfg.float64:
+        data = _double_data(data)
+    a = MeanFieldNet.init(B, cfg.n_particles, d_a, gen, cfg.init_scale, cfg.R, dtype)
+    w = MeanFieldNet.init(B, cfg.n_particles, d_w, gen, cfg.init_scale, cfg.R, dtype)
+    wt = MeanFieldNet.init(B, cfg.n_particles, d_w, gen, cfg.init_scale, cfg.R, dtype)
+    eta = cfg.eta / (1 + lam) if cfg.flow_step is None else torch.full_like(lam, cfg.flow_step)
     lam_col = lam.unsqueeze(-1)
     n = data.n
     rec_steps, rec_L, rec_L_tracker, snaps = [], [], [], []
+    data64 = _double_data(data)
     for k in range(cfg.steps + 1):
         Sa = a.hidden(data.A)
         ha = a.value(Sa)
@@ -306,17 +323,21 @@ def f2bmld(data: IVData, lam, cfg: F2BMLDConfig, seed: int,
             Sw, Swt = w.hidden(data.W), wt.hidden(data.W)
             hw, hwt = w.value(Sw), wt.value(Swt)
             if j == 0 and (k % cfg.record_every == 0 or k == cfg.steps):
-                w_meas, hw_meas = w, hw
+                # measured in float64: the gaps of interest reach 1e-7 of L, near float32's
+                # resolution
+                a64, w64, wt64 = (_double(m) for m in (a, w, wt))
+                ha64, hwt64 = a64(data64.A), wt64(data64.W)
+                w_meas = w64
                 if cfg.polish_steps:
-                    w_meas = polish_inner(w, ha, data, cfg, measure_gen)
-                    hw_meas = w_meas(data.W)
-                regs = tuple(regulariser(m, cfg.zeta, cfg.sigma) for m in (a, w_meas, wt))
-                L = lagrangian_from_values(ha, hw_meas, hwt, data.Y, lam, cfg.zeta, cfg.sigma,
-                                           regs)
+                    w_meas = _double(polish_inner(w, ha, data, cfg, measure_gen))
+                regs = tuple(regulariser(m, cfg.zeta, cfg.sigma) for m in (a64, w_meas, wt64))
+                L = lagrangian_from_values(ha64, w_meas(data64.W), hwt64, data64.Y, lam,
+                                           cfg.zeta, cfg.sigma, regs)
                 rec_steps.append(k)
                 rec_L.append(L.value.numpy().astype(np.float64))
-                regs = tuple(regulariser(m, cfg.zeta, cfg.sigma) for m in (a, w, wt))
-                L_tr = lagrangian_from_values(ha, hw, hwt, data.Y, lam, cfg.zeta, cfg.sigma, regs)
+                regs = tuple(regulariser(m, cfg.zeta, cfg.sigma) for m in (a64, w64, wt64))
+                L_tr = lagrangian_from_values(ha64, w64(data64.W), hwt64, data64.Y, lam,
+                                              cfg.zeta, cfg.sigma, regs)
                 rec_L_tracker.append(L_tr.value.numpy().astype(np.float64))
             if k == cfg.steps:
                 break
