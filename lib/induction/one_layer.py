@@ -122,8 +122,9 @@ def _gather(h: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     return torch.gather(h, 1, idx.reshape(B, -1)).reshape(B, T, 3).sum(-1)
 
 
-def _grads_at_zero_kq(emb: Embedding, batch: Batch, w_v: torch.Tensor):
-    """Sums over the batch of ``∂ℓ/∂W_V`` and ``∂ℓ/∂W_KQ`` at ``W_KQ = 0`` (float64)."""
+def _grads_at_zero_kq(emb: Embedding, batch: Batch, w_v: torch.Tensor, kq: bool = True):
+    """Sums over the batch of ``∂ℓ/∂W_V`` and ``∂ℓ/∂W_KQ`` at ``W_KQ = 0`` (float64); with
+    ``kq=False`` only the first (the second is returned as ``None``)."""
     D = emb.dim
     idx = emb.features(batch.tokens)
     B, T, _ = idx.shape
@@ -134,6 +135,8 @@ def _grads_at_zero_kq(emb: Embedding, batch: Batch, w_v: torch.Tensor):
     g = torch.softmax(f, dim=1)
     g[torch.arange(B), torch.as_tensor(batch.target)] -= 1.0
     grad_v = g.T @ xbar
+    if not kq:
+        return grad_v, None
     h = torch.nn.functional.pad(g @ w_v, (0, 1))
     v = _gather(h, idx) * inside
     vbar = v.sum(1, keepdim=True) / length[:, None]
@@ -161,7 +164,7 @@ def train_two_step(rng: np.random.Generator, emb: Embedding, n_trg: int, dist: L
     grad = torch.zeros_like(w_v)
     for start in range(0, m_v, chunk):
         batch = sample_train(rng, N, n_trg, dist, min(chunk, m_v - start))
-        grad += _grads_at_zero_kq(emb, batch, w_v)[0]
+        grad += _grads_at_zero_kq(emb, batch, w_v, kq=False)[0]
     w_v = w_v - eta_v * grad / m_v
     grad = torch.zeros(D, D, dtype=torch.float64)
     for start in range(0, m_kq, chunk):
