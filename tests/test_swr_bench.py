@@ -69,6 +69,12 @@ def test_baselines_can_stop_early_and_slope_of_a_linear_law():
     df, _ = bench.run([64, 128], H=1, D=2, repeats=1, copy_gib=0, passes=["fwd"],
                       max_baseline_L=64)
     assert set(df[df.L == 128].impl) == {"swr"} and set(df[df.L == 64].impl) == set(bench.IMPLS)
+    df, _ = bench.run([64, 128], H=1, D=2, repeats=1, copy_gib=0, passes=["fwd", "bwd"],
+                      max_slow_bwd_L=64)
+    slow = {"scan-sequential", "attention-full"}
+    long_bwd = set(df[(df.L == 128) & (df["pass"] == "bwd")].impl)
+    assert long_bwd == set(bench.IMPLS) - slow
+    assert set(df[(df.L == 128) & (df["pass"] == "fwd")].impl) == set(bench.IMPLS)
     fake = pd.DataFrame({"impl": "swr", "pass": "fwd", "L": [4096, 8192, 16384],
                          "seconds": [1.0, 2.0, 4.0]})
     assert bench.loglog_slope(fake) == pytest.approx(1.0)

@@ -142,7 +142,8 @@ def run(lengths: Sequence[int], B: int = 1, H: int = 16, D: int = 16, *, block: 
         impls: Sequence[str] = IMPLS, passes: Sequence[str] = PASSES,
         repeats: int = 3, dtype: torch.dtype = torch.float32, seed: int = 0,
         max_sequential_L: int = 16384, max_attention_L: int = 16384,
-        max_baseline_L: int | None = None, copy_gib: float = 1.0,
+        max_baseline_L: int | None = None, max_slow_bwd_L: int | None = 4096,
+        copy_gib: float = 1.0,
         threads: int | None = None, progress: bool = False) -> tuple[pd.DataFrame, float]:
     """Time every implementation at every length; returns ``(table, copy_bytes_per_s)``.
 
@@ -151,9 +152,11 @@ def run(lengths: Sequence[int], B: int = 1, H: int = 16, D: int = 16, *, block: 
     kernel follows the same count, so every method gets the same cores.
 
     The sequential scan and full attention are skipped beyond ``max_sequential_L`` and
-    ``max_attention_L`` (their cost is known: linear with a large constant, and quadratic);
-    every method but ``swr`` beyond ``max_baseline_L`` (when given), so that ``swr`` alone can
-    be followed to very long sequences."""
+    ``max_attention_L`` (their cost is known: linear with a large constant, and quadratic),
+    their backward passes also beyond ``max_slow_bwd_L`` (the slowest measurements of all:
+    tens of seconds at L = 8192 on two cores), and every method but ``swr`` beyond
+    ``max_baseline_L`` (when given), so that ``swr`` alone can be followed to very long
+    sequences."""
     unknown = set(impls) - set(IMPLS)
     if unknown:
         raise ValueError(f"unknown impls {sorted(unknown)}; choose from {IMPLS}")
@@ -168,7 +171,7 @@ def run(lengths: Sequence[int], B: int = 1, H: int = 16, D: int = 16, *, block: 
         bandwidth = copy_bandwidth(copy_gib) if copy_gib > 0 else float("nan")
         limits = {"scan-sequential": max_sequential_L, "attention-full": max_attention_L}
         df = _run(lengths, B, H, D, block, impls, passes, repeats, dtype, seed, limits,
-                  max_baseline_L, bandwidth, progress)
+                  max_baseline_L, max_slow_bwd_L, bandwidth, progress)
     finally:
         torch.set_num_threads(previous)
     df.attrs["threads"] = threads or previous
@@ -176,11 +179,13 @@ def run(lengths: Sequence[int], B: int = 1, H: int = 16, D: int = 16, *, block: 
 
 
 def _run(lengths, B, H, D, block, impls, passes, repeats, dtype, seed, limits, max_baseline_L,
-         bandwidth, progress):
-    def skip(impl, L):
+         max_slow_bwd_L, bandwidth, progress):
+    def skip(impl, L, pass_="fwd"):
         limit = limits.get(impl)
         if impl != "swr" and max_baseline_L is not None:
             limit = max_baseline_L if limit is None else min(limit, max_baseline_L)
+        if impl in limits and pass_ != "fwd" and max_slow_bwd_L is not None:
+            limit = max_slow_bwd_L if limit is None else min(limit, max_slow_bwd_L)
         return limit is not None and L > limit
 
     rows = []
@@ -189,7 +194,7 @@ def _run(lengths, B, H, D, block, impls, passes, repeats, dtype, seed, limits, m
         a, x, q, k = _make_inputs(B, H, L, D, dtype, seed, attention)
         for pass_ in passes:
             for impl in impls:
-                if skip(impl, L):
+                if skip(impl, L, pass_):
                     continue
                 fn, nbytes = _callable(impl, a, x, q, k, block, pass_)
                 fn()  # warm-up (JIT compilation, allocator)
@@ -307,6 +312,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     parser.add_argument("--max-sequential-L", type=int, default=16384)
     parser.add_argument("--max-attention-L", type=int, default=16384)
+    parser.add_argument("--max-slow-bwd-L", type=int, default=4096)
     parser.add_argument("--max-baseline-L", type=int, default=None,
                         help="skip every method but swr beyond this length")
     parser.add_argument("--copy-gib", type=float, default=1.0)
@@ -322,7 +328,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     df, bw = run(args.lengths, args.batch, args.heads, args.dim, block=args.block, impls=args.impls,
                  passes=args.passes, repeats=args.repeats, dtype=dtype,
                  max_sequential_L=args.max_sequential_L, max_attention_L=args.max_attention_L,
-                 max_baseline_L=args.max_baseline_L, copy_gib=args.copy_gib,
+                 max_baseline_L=args.max_baseline_L,
+                 max_slow_bwd_L=args.max_slow_bwd_L, copy_gib=args.copy_gib,
                  threads=args.threads or None, progress=True)
     decode = {}
     if args.decode_tokens:
