@@ -39,7 +39,7 @@ so they neither compete with PyTorch's OpenMP workers nor depend on numba's proc
 threading layer (of which only ``omp`` and ``workqueue`` are installed here: ``tbb`` is not, and
 ``workqueue`` cost ~0.2 ms per call). The thread count follows ``torch.get_num_threads()`` (the
 runner and the benchmark set it), and calls with fewer than :data:`MIN_PARALLEL_WORK` elements
-stay on the calling thread, where the hand-off (~50 µs) would cost more than it saves.
+stay on the calling thread, where the hand-off (tens of µs) would cost more than it saves.
 """
 
 from __future__ import annotations
@@ -55,9 +55,10 @@ import numpy as np
 import torch
 
 #: Below this many elements (``B·H·L·D``) of ``u`` a call runs on one thread. Measured on the
-#: book's 2-core machines: forward 16×16 channels, L = 256 (65k elements) is no faster on two
-#: threads, L = 1024 (262k) is ~1.5× faster.
-MIN_PARALLEL_WORK = 1 << 17
+#: book's 2-core machines (16 heads × 16 channels, float32): two threads cost 30–60 µs more per
+#: call at L ≤ 1024 and only start to win between L = 4096 (1M elements, still in cache) and
+#: L = 16384 (4M); on a loaded machine the second core is often busy and the crossover moves up.
+MIN_PARALLEL_WORK = 1 << 22
 CACHE_LINE = 64  # bytes
 
 
