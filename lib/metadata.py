@@ -172,15 +172,17 @@ def prefix_split(strings, t: int, rng: np.random.Generator) -> tuple[np.ndarray,
 
 
 def probe(hidden: np.ndarray, labels: np.ndarray, t: int, train_idx, test_idx, seed: int):
-    """A logistic-regression probe of ``labels`` from ``hidden[:, t]``, trained on ``train_idx``;
-    its predictions on ``test_idx``."""
+    """A logistic-regression probe of ``labels`` from ``hidden[:, t]`` (features standardised with
+    the training side's mean and scale), trained on ``train_idx``; its predictions on ``test_idx``."""
     from sklearn.linear_model import LogisticRegression
 
     if len(np.unique(labels[train_idx])) < 2:
         return np.full(len(test_idx), labels[train_idx][0])
+    X = hidden[train_idx, t]
+    mean, scale = X.mean(0), X.std(0) + 1e-6
     clf = LogisticRegression(C=1.0, max_iter=500, random_state=seed)
-    clf.fit(hidden[train_idx, t], labels[train_idx])
-    return clf.predict(hidden[test_idx, t])
+    clf.fit((X - mean) / scale, labels[train_idx])
+    return clf.predict((hidden[test_idx, t] - mean) / scale)
 
 
 @torch.no_grad()
