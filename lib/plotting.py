@@ -129,7 +129,8 @@ def interval_errorbar(ax, x, centre, low, high, label: str | None = None, index:
     """Points with asymmetric intervals ``[low, high]`` (from :func:`wilson`, :func:`geometric_ci`
     or a bootstrap), in the simulation style."""
     centre = np.asarray(centre, dtype=float)
-    yerr = np.vstack([centre - np.asarray(low, dtype=float), np.asarray(high, dtype=float) - centre])
+    # clamp at zero: a bound can cross the point by rounding (e.g. a Wilson bound at a count of 0)
+    yerr = np.clip(np.vstack([centre - np.asarray(low, dtype=float), np.asarray(high, dtype=float) - centre]), 0, None)
     return ax.errorbar(x, centre, yerr=yerr, label=label, color=kw.pop("color", PALETTE[index % len(PALETTE)]),
                        marker=kw.pop("marker", MARKERS[index % len(MARKERS)]), linestyle="none",
                        markersize=5, capsize=2.5, elinewidth=1.0, zorder=4, **kw)
