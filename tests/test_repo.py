@@ -81,7 +81,7 @@ def test_prose_names_no_parameter_where_a_value_belongs(ch):
     import re
 
     names = set(ch.parameters) - {"seed", "out_dir", "device"}
-    found = sorted({m for text in _markdown(ch) for m in re.findall(r"(?<!`)`([A-Za-z_][A-Za-z0-9_]*)`(?!`)", text)
+    found = sorted({m for text in _markdown(ch) for m in re.findall(r"(?<![`}])`([A-Za-z_][A-Za-z0-9_]*)`(?!`)", text)
                     if m in names})
     assert not found, f"{ch.slug}: parameter names in prose: {found}"
 
