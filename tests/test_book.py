@@ -48,6 +48,10 @@ KNOWN_FAILURES = {
         "between data sets and some runs sit on a metastable stretch (held on 1 of seeds 0–9)",
     ("03-npiv-mean-field", "convergence-window-two-decades"):
         "at this scale the fixed window spans 1.8 rather than 2 decades of the gap above the noise floor",
+    **{("07-label-noise-feature-learning", cid):
+       "Theorem 4.2's Stage II lower bound ½·min(τ₊, τ₋) on the clean test error is not met (0/10 seeds; "
+       "final error 0.008–0.047, and 0.000 at d = n²): memorised label noise barely moves fresh test points"
+       for cid in ("stage2-error-bound", "stage2-error-bound-asymmetric", "stage2-error-bound-high-dim")},
 }
 
 
