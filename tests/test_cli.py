@@ -243,7 +243,7 @@ def test_out_dir_and_status(project, tmp_path):
     assert status.returncode == 0 and "99-fixture" in status.stdout and "not run" in status.stdout
     companion("run", "99", "--profile", "quick", root=project)
     status = companion("status", "--profile", "quick", root=project)
-    assert "cached" in status.stdout and "1/1 claims hold" in status.stdout
+    assert "cached" in status.stdout and "2/2 claims hold" in status.stdout
 
 
 def test_jobs_runs_chapters_in_parallel_processes(project):
