@@ -40,6 +40,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -159,12 +160,21 @@ class Claims:
     # -- recording -----------------------------------------------------------------------
     def record(self, id: str, statement: str, *, theory: Any, simulation: Any, holds: bool,
                tolerance: str, kind: str = "theorem", quick: bool = True, source: str | None = None,
-               alternative: Alternative | tuple | None = None, _rejects=None) -> Claim:
+               alternative: Alternative | None = None) -> Claim:
         """Record a comparison whose verdict the caller computed (prefer the helpers below).
 
-        ``alternative`` is an :class:`Alternative` or a pair ``(statement, prediction)``; a pair
-        needs a helper that knows how to judge it (``record`` itself needs ``rejected`` given).
+        A theorem claim's ``alternative`` is then an :class:`Alternative` with ``rejected`` given:
+        only the helpers below know how to judge a bare ``(statement, prediction)`` pair.
         """
+        return self._record(id, statement, theory=theory, simulation=simulation, holds=holds,
+                            tolerance=tolerance, kind=kind, quick=quick, source=source,
+                            alternative=alternative, rejects=None)
+
+    def _record(self, id: str, statement: str, *, theory: Any, simulation: Any, holds: bool,
+                tolerance: str, kind: str = "theorem", quick: bool = True, source: str | None = None,
+                alternative: Alternative | tuple | None = None,
+                rejects: Callable[[Any], bool] | None = None) -> Claim:
+        """``record`` with the helper's own rule ``rejects(prediction)`` for judging a pair."""
         if kind not in KINDS:
             raise ValueError(f"claim {id!r}: kind must be one of {KINDS}, got {kind!r}")
         if any(c.id == id for c in self.claims):
@@ -179,9 +189,9 @@ class Claims:
                 alternative = Alternative(*alternative)
             rejected = alternative.rejected
             if rejected is None:
-                if _rejects is None:
+                if rejects is None:
                     raise ValueError(f"claim {id!r}: record() needs Alternative(..., rejected=...)")
-                rejected = _rejects(alternative.prediction)
+                rejected = rejects(alternative.prediction)
             alt = {"statement": alternative.statement, "prediction": to_jsonable(alternative.prediction),
                    "rejected": bool(rejected)}
         skipped = self.profile == "quick" and not quick
@@ -197,8 +207,8 @@ class Claims:
         def near(p):
             return _finite(p, simulation) and abs(simulation - p) <= atol + rtol * abs(p)
 
-        return self.record(id, statement, theory=theory, simulation=simulation, holds=near(theory),
-                           tolerance=_closeness(atol, rtol), _rejects=lambda p: not near(p), **kw)
+        return self._record(id, statement, theory=theory, simulation=simulation, holds=near(theory),
+                           tolerance=_closeness(atol, rtol), rejects=lambda p: not near(p), **kw)
 
     def all_close(self, id: str, statement: str, *, theory, simulation, rtol: float = 0.0,
                   atol: float = 0.0, **kw) -> Claim:
@@ -215,24 +225,24 @@ class Claims:
 
         err = np.abs(s - t)
         worst_rel = float(np.max(err / np.maximum(np.abs(t), np.finfo(float).tiny))) if t.size else 0.0
-        return self.record(id, statement, theory=_array_summary(t),
+        return self._record(id, statement, theory=_array_summary(t),
                            simulation={"max_abs_err": float(err.max(initial=0.0)), "max_rel_err": worst_rel},
                            holds=near(t), tolerance="every " + _closeness(atol, rtol),
-                           _rejects=lambda p: not near(p), **kw)
+                           rejects=lambda p: not near(p), **kw)
 
     def at_most(self, id: str, statement: str, *, value: float, bound: float, **kw) -> Claim:
         """value ≤ bound. ``theory`` is the bound, ``simulation`` the value."""
         ok = _finite(value, bound) and value <= bound
-        return self.record(id, statement, theory=bound, simulation=value, holds=ok,
+        return self._record(id, statement, theory=bound, simulation=value, holds=ok,
                            tolerance=f"simulation ≤ {format_value(float(bound))}",
-                           _rejects=lambda p: _finite(value, p) and value < p, **kw)
+                           rejects=lambda p: _finite(value, p) and value < p, **kw)
 
     def at_least(self, id: str, statement: str, *, value: float, bound: float, **kw) -> Claim:
         """value ≥ bound."""
         ok = _finite(value, bound) and value >= bound
-        return self.record(id, statement, theory=bound, simulation=value, holds=ok,
+        return self._record(id, statement, theory=bound, simulation=value, holds=ok,
                            tolerance=f"simulation ≥ {format_value(float(bound))}",
-                           _rejects=lambda p: _finite(value, p) and value > p, **kw)
+                           rejects=lambda p: _finite(value, p) and value > p, **kw)
 
     def within(self, id: str, statement: str, *, value: float, low: float, high: float,
                **kw) -> Claim:
@@ -243,9 +253,9 @@ class Claims:
             lo, hi = (p if np.ndim(p) else (p - (high - low) / 2, p + (high - low) / 2))
             return _finite(value, lo, hi) and not lo <= value <= hi
 
-        return self.record(id, statement, theory=[low, high], simulation=value, holds=ok,
+        return self._record(id, statement, theory=[low, high], simulation=value, holds=ok,
                            tolerance=f"within [{format_value(float(low))}, {format_value(float(high))}]",
-                           _rejects=rejects, **kw)
+                           rejects=rejects, **kw)
 
     # -- reporting -----------------------------------------------------------------------
     @property
