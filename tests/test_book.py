@@ -50,7 +50,8 @@ KNOWN_FAILURES = {
         "at this scale the fixed window spans 1.8 rather than 2 decades of the gap above the noise floor",
     **{("07-label-noise-feature-learning", cid):
        "Theorem 4.2's Stage II lower bound ½·min(τ₊, τ₋) on the clean test error is not met (0/10 seeds; "
-       "final error 0.008–0.047, and 0.000 at d = n²): memorised label noise barely moves fresh test points"
+       "final error 0.008–0.047, and 0.000 at d = n²): memorised label noise barely moves fresh test points, "
+       "as Kou et al. (2023) prove for this model once n‖μ‖⁴ ≫ σ_ξ⁴d, which the theorem's regime implies"
        for cid in ("stage2-error-bound", "stage2-error-bound-asymmetric", "stage2-error-bound-high-dim")},
 }
 
