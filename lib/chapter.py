@@ -60,6 +60,7 @@ class Chapter:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.claims = Claims(slug)
         self.stopwatch = Stopwatch()
+        self._streams: dict[tuple[int, ...], tuple[int, ...]] = {}
         plotting.use_style()
         self._seed_globals()
 
@@ -80,9 +81,21 @@ class Chapter:
             torch.set_num_threads(threads)
 
     def rng(self, *stream: int):
-        """An independent numpy Generator for a named sub-stream of this chapter's seed."""
+        """An independent numpy Generator for a named sub-stream of this chapter's seed.
+
+        numpy's seed sequences ignore trailing zero words, so ``rng(2)`` and ``rng(2, 0)`` would
+        be the same stream; asking for both in one run is refused rather than silently aliased.
+        """
         import numpy as np
 
+        stream = tuple(int(k) for k in stream)
+        canonical = stream
+        while canonical and canonical[-1] == 0:
+            canonical = canonical[:-1]
+        first = self._streams.setdefault(canonical, stream)
+        if first != stream:
+            raise ValueError(f"rng{stream} is the same random stream as rng{first}: "
+                             "give the sub-streams distinct keys")
         return np.random.default_rng([self.seed, *stream])
 
     def savefig(self, fig, name: str) -> None:
