@@ -63,6 +63,16 @@ def truncation_experiment(rho: float, length: int, block: int, channels: int, se
                                                         / np.where(bound > 0, bound, np.inf)))}
 
 
+def truncation_point(rho: float, seed: int, *, base_seed: int, length: int, block: int, channels: int,
+                     jitter: float = 0.0) -> dict:
+    """One sweep point of the truncation experiment: :func:`truncation_experiment` with a draw of
+    its own, seeded from (``base_seed``, ``rho``, ``seed``) alone, so the result does not depend on
+    which other points ran before it, or where."""
+    stream = np.random.SeedSequence([int(base_seed), 2, int(seed), int(round(rho * 1e6))])
+    return truncation_experiment(rho, length, block, channels, seed=int(stream.generate_state(1)[0]),
+                                 jitter=jitter)
+
+
 def implementation_agreement(shapes, block: int = 16, seed: int = 0) -> dict:
     """Max |difference| (fp64) of B2P (``chunked``), the compiled kernel, the masked operator
     ``L ⊙ M`` and streaming decode against the window definition, over ``shapes`` (B, H, L, D)."""
@@ -309,6 +319,18 @@ def train_lm(pattern: str, corpus: Corpus, *, seed: int, steps: int, batch: int,
                       valid_windows=valid_windows)
     finally:
         torch.set_num_threads(previous)
+
+
+def lm_point(pattern: str, seed: int, *, corpus_sha256: dict[str, str], **train_kw) -> dict:
+    """One sweep point of the language-model comparison: :func:`train_lm` on the corpus named by
+    ``corpus_sha256`` (module → SHA-256 of its source), read where the point runs. A worker whose
+    Python has other standard-library sources is refused rather than trained on other data."""
+    corpus = load_corpus(tuple(corpus_sha256))
+    if corpus.hashes != dict(corpus_sha256):
+        differ = sorted(m for m in corpus_sha256 if corpus.hashes.get(m) != corpus_sha256[m])
+        raise ValueError(f"this worker's standard-library sources differ from the chapter's corpus ({', '.join(differ)}): "
+                         "run the workers with the same Python as the chapter")
+    return train_lm(pattern, corpus, seed=seed, **train_kw)
 
 
 def _train(pattern, corpus, *, seed, steps, batch, seq_len, d_model, block, lr, eval_every,
