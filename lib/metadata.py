@@ -227,3 +227,38 @@ def grammatical(grammar: Grammar, strings, js: np.ndarray) -> tuple[np.ndarray, 
         sel = [k for k, i in enumerate(ok) if tuple(int(v) for v in js[i]) == j]
         under_true[[ok[k] for k in sel]] = is_grammatical(grammar, [finished[k] for k in sel], j)
     return under_true, under_any
+
+
+def train_point(dm: int, seed: int, *, grammar: Grammar, eval_set, log_set, log_every: int,
+                probe_splits: dict, prompts, prompt_js: np.ndarray, train_kw: dict, device: str = "cpu") -> dict:
+    """One training run of the chapter and everything measured on its model, as one sweep point
+    (the model itself never leaves it): :func:`train` with metadata depth ``dm`` and ``seed``; the
+    per-position losses on ``eval_set = (strings, js)`` with the metadata masked and with the
+    first ``dm`` levels given; probe predictions of every level ``d`` at every probed position
+    ``t`` (``probe_splits[t] = (train_idx, test_idx)``), as ``probes[d][k]`` in the order of
+    ``probe_splits``; and the grammaticality of sampled continuations of ``prompts`` (generator
+    ``10·seed + dm``) under the prompts' true metadata ``prompt_js`` and under some metadata.
+
+    Runs on one PyTorch and one BLAS thread wherever it runs (in the chapter, a local process
+    or a cluster worker), so its numbers do not depend on where or in what order it ran."""
+    from threadpoolctl import threadpool_limits
+
+    from lib.pcfg import Language
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with threadpool_limits(1):
+            strings, js = eval_set
+            model, hist = train(Language(grammar), dm=dm, seed=seed, log_every=log_every, log_set=log_set,
+                                log_dms=sorted({0, dm}), device=device, **train_kw)
+            masked, hidden = evaluate(model, grammar, strings, js, dm=0, device=device)
+            given = evaluate(model, grammar, strings, js, dm=dm, device=device)[0] if dm else masked
+            probes = [[probe(hidden, js[:, d], t, tr, te, seed=seed) for t, (tr, te) in probe_splits.items()]
+                      for d in range(grammar.depth)]
+            out = continuations(model, grammar, prompts, rng_seed=10 * seed + dm, device=device)
+            ok_true, ok_any = grammatical(grammar, out, prompt_js)
+    finally:
+        torch.set_num_threads(threads)
+    return {"hist": hist, "masked": masked, "given": given, "probes": probes,
+            "grammatical_true": ok_true, "grammatical_any": ok_any}

@@ -328,8 +328,8 @@ def lm_point(pattern: str, seed: int, *, corpus_sha256: dict[str, str], **train_
     corpus = load_corpus(tuple(corpus_sha256))
     if corpus.hashes != dict(corpus_sha256):
         differ = sorted(m for m in corpus_sha256 if corpus.hashes.get(m) != corpus_sha256[m])
-        raise ValueError(f"this worker's standard-library sources differ from the chapter's corpus ({', '.join(differ)}): "
-                         "run the workers with the same Python as the chapter")
+        raise ValueError(f"this worker's standard-library sources differ from the chapter's corpus "
+                         f"({', '.join(differ)}): run the workers with the same Python as the chapter")
     return train_lm(pattern, corpus, seed=seed, **train_kw)
 
 
