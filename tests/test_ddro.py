@@ -3,6 +3,7 @@ solver, DPO's known Bradley–Terry limit, the delta-method constant against Mon
 sequence policy."""
 
 import numpy as np
+import pandas as pd
 import pytest
 from scipy import optimize
 from scipy.special import expit
@@ -167,3 +168,25 @@ def test_sequence_policy_and_losses():
     assert D.tv(trained, D.paired_target(pi, pref)) < D.tv(pi, D.paired_target(pi, pref))
     with pytest.raises(ValueError):
         D.neural_loss("ipo", lp_ref, lp_ref, Ct)
+
+
+def test_study_cells_do_not_depend_on_order(setup):
+    pi, prefs = setup
+    df = D.categorical_study(pi, prefs[:2], [50, 100], [0, 1, 2], progress=False)
+    back = D.categorical_study(pi, prefs[:2], [100, 50], [2, 1, 0], progress=False)
+    key = ["structure", "N", "seed"]
+    pd.testing.assert_frame_equal(df.sort_values(key).reset_index(drop=True),
+                                   back.sort_values(key).reset_index(drop=True))
+    one = D.categorical_point(1, 100, 2, pi=pi, prefs=prefs[:2])
+    row = df[(df.structure == prefs[1].name) & (df.N == 100) & (df.seed == 2)].iloc[0]
+    assert one == {k: row[k] for k in one}
+
+
+def test_neural_point_is_deterministic_and_shares_pairs_between_losses():
+    pytest.importorskip("torch")
+    kw = dict(vocab=2, length=3, hidden=4, base_seed=0, steps=5, lr=0.05)
+    a = D.neural_point(200, "ddro", 1, **kw)
+    assert a == D.neural_point(200, "ddro", 1, **kw)
+    setup = D.sequence_setup(2, 3, 4, 0)
+    assert setup.pi.sum() == pytest.approx(1.0) and setup.target.shape == (8,)
+    assert a["tv"] < D.tv(setup.pi, setup.target)  # fine-tuning moved toward p₊

@@ -195,3 +195,25 @@ def test_grammatical_under_true_and_any_metadata(grammar):
     true_ok, any_ok = M.grammatical(grammar, strings + [None], np.vstack([js, js[:1]]))
     assert list(true_ok[:-1]) == [tuple(j) in o for j, o in zip(js, owners)]
     assert any_ok[:-1].all() and not any_ok[-1] and not true_ok[-1]  # None: an unfinished sample
+
+
+def test_train_point_matches_the_steps_it_bundles(grammar):
+    lang = pcfg.Language(grammar)
+    eval_set = lang.sample(40, np.random.default_rng(1))
+    splits = {2: M.prefix_split(eval_set[0], 2, np.random.default_rng(2))}
+    prompts = [s[:1] for s in eval_set[0][:4]]
+    kw = dict(grammar=grammar, eval_set=eval_set, log_set=eval_set, log_every=2, probe_splits=splits,
+              prompts=prompts, prompt_js=eval_set[1][:4], train_kw=dict(steps=4, batch=8, d_model=16, n_layers=1))
+    threads = torch.get_num_threads()
+    r = M.train_point(1, 7, **kw)
+    assert torch.get_num_threads() == threads  # restored
+    model, hist = M.train(lang, dm=1, seed=7, steps=4, batch=8, d_model=16, n_layers=1, log_every=2,
+                          log_set=eval_set, log_dms=[0, 1])
+    masked, hidden = M.evaluate(model, grammar, *eval_set, dm=0)
+    np.testing.assert_array_equal(r["masked"], masked)
+    np.testing.assert_array_equal(r["given"], M.evaluate(model, grammar, *eval_set, dm=1)[0])
+    assert hist.steps == r["hist"].steps
+    tr, te = splits[2]
+    np.testing.assert_array_equal(r["probes"][0][0], M.probe(hidden, eval_set[1][:, 0], 2, tr, te, seed=7))
+    out = M.continuations(model, grammar, prompts, rng_seed=71)
+    np.testing.assert_array_equal(r["grammatical_true"], M.grammatical(grammar, out, eval_set[1][:4])[0])

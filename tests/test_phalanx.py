@@ -106,3 +106,23 @@ def test_training_lowers_the_loss():
     r2 = M.train_lm("PG", c, seed=0, steps=30, batch=4, seq_len=32, d_model=32, eval_every=30,
                     valid_windows=8)
     assert r2["valid_loss"] == r["valid_loss"]
+
+
+def test_truncation_point_has_its_own_stream():
+    kw = dict(base_seed=0, length=48, block=8, channels=2, jitter=0.2)
+    a = M.truncation_point(0.8, 1, **kw)
+    assert np.array_equal(a["error"], M.truncation_point(0.8, 1, **kw)["error"])  # deterministic
+    # another input, decay bound or chapter seed draws another input
+    for other in (M.truncation_point(0.8, 2, **kw), M.truncation_point(0.5, 1, **kw),
+                  M.truncation_point(0.8, 1, **{**kw, "base_seed": 1})):
+        assert not np.array_equal(a["bound"], other["bound"])
+    assert a["identity_gap"] < 1e-12 and a["bound_ratio"] <= 1.0
+
+
+def test_lm_point_trains_on_the_named_corpus_and_refuses_another():
+    c = M.load_corpus(("bisect", "colorsys"))
+    kw = dict(steps=2, batch=2, seq_len=16, d_model=16, eval_every=2, valid_windows=2)
+    r = M.lm_point("PG", 3, corpus_sha256=c.hashes, **kw)
+    assert r["valid_loss"] == M.train_lm("PG", c, seed=3, **kw)["valid_loss"]
+    with pytest.raises(ValueError, match="standard-library sources differ"):
+        M.lm_point("PG", 3, corpus_sha256={**c.hashes, "bisect": "0" * 64}, **kw)
