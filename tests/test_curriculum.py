@@ -259,3 +259,109 @@ def test_bad_input_is_refused():
         C.curriculum_literal(C.parity(4, 2), "direct", 10, 2, np.random.default_rng(0))
     with pytest.raises(ValueError):
         C.sweep_n_star([4], [1], 0.5, "sideways", 10, [0], 1e3)
+
+
+# -- third cumulant and the skew-aware test of a mean ---------------------------------------------
+def calls_pmf(c, q, m, x_max=3000):
+    """The law of a rejection sampler's oracle calls, by a renewal recursion over calls used
+    (each candidate: right w.p. c and accepted after m calls; wrong: rejected at call j w.p.
+    q^(j−1)(1−q), or accepted after passing all m calls w.p. q^m)."""
+    start = np.zeros(x_max + m + 1)  # P(a new candidate starts after x calls)
+    done = np.zeros(x_max + m + 1)  # P(accepted with x calls in all)
+    start[0] = 1.0
+    for x in range(x_max):
+        if start[x] == 0:
+            continue
+        done[x + m] += start[x] * (c + (1 - c) * q**m)
+        for j in range(1, m + 1):
+            start[x + j] += start[x] * (1 - c) * q ** (j - 1) * (1 - q)
+    return done
+
+
+@pytest.mark.parametrize("c, q, m", [(0.3, 0.5, 3), (0.05, 0.5, 6), (0.2, 0.2, 2), (0.1, 0.0, 4)])
+def test_rejection_cost_cumulants_brute_force(c, q, m):
+    pmf = calls_pmf(c, q, m)
+    assert abs(pmf.sum() - 1) < 1e-12
+    x = np.arange(pmf.size)
+    mean = pmf @ x
+    var = pmf @ (x - mean) ** 2
+    k3 = pmf @ (x - mean) ** 3
+    cost = C.rejection_cost(c, q, m)
+    assert np.isclose(cost["calls"], mean, rtol=1e-10)
+    assert np.isclose(cost["calls_var"], var, rtol=1e-9)
+    assert np.isclose(cost["calls_k3"], k3, rtol=1e-8)
+
+
+def test_test_time_theory_records_third_cumulants():
+    th = C.test_time_theory(C.parity(4, 3, blocked=True))
+    b, lt = th["best_of_n"], th["ltar"]
+    assert np.isclose(b["calls_k3"], C.rejection_cost(1 / 64, 0.5, b["m"])["calls_k3"])
+    assert np.isclose(lt["clean_calls_k3"], 3 * C.rejection_cost(1 / 4, 0.5, lt["m"])["calls_k3"])
+
+
+def test_mean_test_z_is_exact_for_a_gamma_mean_and_normal_without_skew():
+    from scipy import stats
+
+    # the mean of n exponentials is a gamma: its two-sided p-value, as a normal |z|
+    n, mean = 400, 3.0
+    for sample_mean in (2.5, 3.4, 3.9):
+        law = stats.gamma(n, scale=mean / n)
+        p = 2 * min(law.cdf(sample_mean), law.sf(sample_mean))
+        z = C.mean_test_z(sample_mean, n, mean, mean**2, 2 * mean**3)
+        assert np.isclose(z, stats.norm.isf(p / 2), rtol=1e-6)
+    # no skew: the plain |z|; skew moves the upper tail out, so the same excess counts for less
+    assert np.isclose(C.mean_test_z(10.5, 100, 10.0, 4.0, 0.0), 2.5)
+    assert C.mean_test_z(10.5, 100, 10.0, 4.0, 16.0) < 2.5 < C.mean_test_z(9.5, 100, 10.0, 4.0, 16.0)
+
+
+# -- sweep points: own streams, picklable, order-independent --------------------------------------
+def test_stream_is_keyed_by_values_and_does_not_collide():
+    draw = lambda g: g.integers(0, 2**62, size=4).tolist()  # noqa: E731
+    assert draw(C.stream(3, "n*", 0.5, 4)) == draw(C.stream(3, "n*", 0.5, 4))
+    keys = [(4,), (4, 0), ("n*", 0.5, 4), ("n*", 0.2, 4), ("n*", 0.5, 5), ("4",)]
+    draws = [draw(C.stream(3, *k)) for k in keys] + [draw(C.stream(4, 4)), draw(np.random.default_rng([3, 4]))]
+    assert len({tuple(d) for d in draws}) == len(draws)
+    assert draw(C.stream(3, np.float64(0.5))) == draw(C.stream(3, 0.5))
+
+
+def test_sweep_n_star_points_are_independent_of_the_grid():
+    import pickle
+    from functools import partial
+
+    full = C.sweep_n_star([4, 6], [1, 2], 0.5, "direct", 50, [0, 1], 1e5, seed=2)["n_star"]
+    alone = C.n_star_point(2, 6, 1, 1, q=0.5, route="direct", repeats=50, n_max=1e5, root=2)
+    assert full[1, 1, 0, 1] == alone["n_star"]
+    small = C.sweep_n_star([6], [2], 0.5, "direct", 50, [1], 1e5, seed=2)["n_star"]
+    assert small[0, 0, 0, 0] == alone["n_star"]
+    stages = C.sweep_n_star([4], [1, 2], 0.5, "stages", 50, [0], 1e5, seed=2)["n_star"]
+    assert stages.shape == (2, 1, 2, 1) and np.isnan(stages[0, 0, 1, 0]) and np.isfinite(stages[1]).all()
+    fn = pickle.loads(pickle.dumps(partial(C.n_star_point, q=0.5, route="curriculum", repeats=50,
+                                           n_max=1e5, root=2)))
+    assert fn(k=2, d=4, stage=1, seed=0) == fn(k=2, d=4, stage=1, seed=0)
+
+
+def test_point_functions_run_and_are_deterministic():
+    tree = C.parity(4, 2, blocked=True)
+    a = C.onestep_count(tree, 200, 30, 0, root=1)
+    assert a == C.onestep_count(tree, 200, 30, 0, root=1) and 0 <= a["right"] <= 30
+    assert C.onestep_count(tree, 200, 30, 0, root=1, sampler=True)["repeats"] == 30
+    cell = C.sampler_cell("mod-5 chain, q = 1/5", "direct", 4, 2, 64, 0, repeats=20, root=1)
+    assert set(cell) == {"literal_right", "literal_first", "fast_right", "fast_first", "z"}
+    for name in C.ORACLE_Q:
+        tree_, kind = C.oracle_tree(name, 4, 2)
+        assert (tree_.q if kind == "answer" else 0.0) == pytest.approx(C.ORACLE_Q[name])
+    with pytest.raises(ValueError):
+        C.oracle_tree("mod-7 chain", 4, 2)
+    tt = C.best_of_n_vs_ltar(4, 0, k=2, delta=0.05, repeats=20, root=1)
+    assert tt["b"]["calls"].shape == (20,) and tt["lt"]["clean"].dtype == bool
+
+
+def test_training_points_stack_like_a_vectorised_run():
+    tree = C.parity(5, 2)
+    recs = [{"seed": s, "route": "depth", **C.train_point(10.0, "depth", s, tree=tree, budget=1024,
+                                                          batch=64, n_test=128, ema=0.5, root=3)}
+            for s in (1, 0)]
+    run = C.stack_runs(recs)
+    T = run["samples"].size
+    assert run["accuracy"].shape == (T, 2) and run["hacked_theory"].shape == (T, 2)
+    assert np.array_equal(run["accuracy"][:, 0], recs[1]["accuracy"])  # seeds in order

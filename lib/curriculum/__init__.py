@@ -1,6 +1,6 @@
 """Curriculum post-training on autoregressive reasoning trees (Bu et al., arXiv:2511.07372).
 
-The chapter's model, in six modules (this package re-exports what the chapter and tests use):
+The chapter's model, in seven modules (this package re-exports what the chapter and tests use):
 
 * **The reasoning tree** (``tree``).  An input of ``d`` tokens; a chain of ``k`` steps; step
   ``ℓ`` picks an input position ``i_ℓ`` (one of ``d`` children) and updates the state
@@ -19,6 +19,8 @@ The chapter's model, in six modules (this package re-exports what the chapter an
   one stage and for a whole curriculum whose stages start from the policy the previous stage
   produced (``one_step``); the iterative trainer for the direct route and the two curricula
   (``training``).
+* **Sweeps** (``experiments``).  The heavy loops as point functions for :func:`lib.sweep.sweep`,
+  each point with its own generator (:func:`stream` of the chapter seed and the point).
 * **Theory.**  Base success probability, reward-hacking rate, the success probability of the
   one-step estimator (Poissonised), its ``n*`` and the signal-to-noise exponents, and the exact
   expected costs of rejection sampling at test time (best-of-n and layer-wise accept/reject,
@@ -32,10 +34,13 @@ curriculum: the first ``k-ℓ`` steps are given, the terminal oracle judges the 
 from lib.curriculum.one_step import (LEARNED, curriculum_fast, curriculum_literal,
                                      curriculum_theory, n_grid, n_star, n_star_asymptotic,
                                      n_star_theory, onestep_fast, onestep_literal, onestep_theory,
-                                     sampler_check, stage_setup, sweep_n_star, two_proportion_z)
+                                     sampler_check, stage_setup, two_proportion_z)
+from lib.curriculum.experiments import (ORACLE_Q, best_of_n_vs_ltar, n_star_point, onestep_count,
+                                        oracle_tree, sampler_cell, stack_runs, stream, sweep_n_star,
+                                        train_point)
 from lib.curriculum.policy import greedy, reinforce_gradient, sample_paths
-from lib.curriculum.test_time import (best_of_n, ltar, rejection_cost, test_time_theory,
-                                      verification_length)
+from lib.curriculum.test_time import (best_of_n, ltar, mean_test_z, rejection_cost,
+                                      test_time_theory, verification_length)
 from lib.curriculum.training import (hacking_fraction, judged_correct_probability,
                                      samples_to_solve, test_accuracy, train)
 from lib.curriculum.transformer import PositionalTransformer, compare_transformer
@@ -43,11 +48,13 @@ from lib.curriculum.tree import (ROUTES, ReasoningTree, base_success, correct_pa
                                  parity)
 from lib.stats import loglog_slope
 
-__all__ = ["LEARNED", "ROUTES", "PositionalTransformer", "ReasoningTree", "base_success",
-           "best_of_n", "compare_transformer", "correct_paths", "curriculum_fast",
+__all__ = ["LEARNED", "ORACLE_Q", "ROUTES", "PositionalTransformer", "ReasoningTree", "base_success",
+           "best_of_n", "best_of_n_vs_ltar", "compare_transformer", "correct_paths", "curriculum_fast",
            "curriculum_literal", "curriculum_theory", "greedy", "hacking_fraction",
-           "judged_correct_probability", "loglog_slope", "ltar", "mod_chain", "n_grid", "n_star",
+           "judged_correct_probability", "loglog_slope", "ltar", "mean_test_z", "mod_chain", "n_grid",
+           "n_star", "n_star_point", "onestep_count", "oracle_tree",
            "n_star_asymptotic", "n_star_theory", "onestep_fast", "onestep_literal",
            "onestep_theory", "parity", "reinforce_gradient", "rejection_cost", "sample_paths",
-           "sampler_check", "samples_to_solve", "stage_setup", "sweep_n_star", "test_accuracy",
-           "test_time_theory", "train", "two_proportion_z", "verification_length"]
+           "sampler_cell", "sampler_check", "samples_to_solve", "stack_runs", "stage_setup", "stream",
+           "sweep_n_star", "test_accuracy", "test_time_theory", "train", "train_point",
+           "two_proportion_z", "verification_length"]

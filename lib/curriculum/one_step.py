@@ -309,44 +309,6 @@ def n_star_asymptotic(d: float, depths: int, q: float, delta: float = 0.01) -> f
     return 2 * q / (1 - q) ** 2 * float(d) ** (2 * depths - 1) * z * z
 
 
-def sweep_n_star(ds, ks, q: float, route: str, repeats: int, seeds, n_max: float,
-                 seed: int = 0) -> dict:
-    """Measured ``n*`` for every ``(k, d, stage, seed)`` with the sufficient-statistic samplers.
-
-    ``route="direct"``: one entry per (k, d, seed).  ``route="curriculum"``: one entry per
-    (k, d, seed), the *total* ``k·n`` of a whole curriculum run stage after stage from the
-    policies the earlier stages produced (:func:`curriculum_fast`), ``n`` the smallest
-    per-stage budget whose final chain is right in ≥ 99% of the repeats.  ``route="stages"``:
-    ``k`` entries per (k, d, seed), each stage measured on its own from exactly learned earlier
-    depths (the independent-stage computation).  Returns a dict with an array
-    ``n_star[k_index, d_index, stage, seed]`` (stage axis of length max(ks) for ``stages``, 1
-    otherwise; NaN where absent, inf where censored)."""
-    if route not in ("direct", "curriculum", "stages"):
-        raise ValueError(f"route must be direct, curriculum or stages, got {route!r}")
-    ds, ks, seeds = list(ds), list(ks), list(seeds)
-    n_stage = max(ks) if route == "stages" else 1
-    stream = {"direct": 0, "stages": 1, "curriculum": 2}[route]
-    out = np.full((len(ks), len(ds), n_stage, len(seeds)), np.nan)
-    for a, k in enumerate(ks):
-        for b, d in enumerate(ds):
-            for stage in range(k if route == "stages" else 1):
-                for c, s in enumerate(seeds):
-                    rng = np.random.default_rng([seed, a, b, stage, s, stream])
-                    if route == "curriculum":
-                        def rate(n, d=d, k=k, rng=rng):
-                            return curriculum_fast(d, k, q, n, repeats, rng)["right"].mean()
-
-                        out[a, b, 0, c] = k * n_star(rate, n_max / k)
-                    else:
-                        depths = k if route == "direct" else 1
-
-                        def rate(n, d=d, depths=depths, rng=rng):
-                            return onestep_fast(d, depths, q, n, repeats, rng).mean()
-
-                        out[a, b, stage, c] = n_star(rate, n_max)
-    return {"ds": ds, "ks": ks, "route": route, "n_star": out}
-
-
 def two_proportion_z(k1: float, n1: int, k2: float, n2: int) -> float:
     """|z| of two binomial proportions ``k1/n1`` and ``k2/n2`` with the pooled variance (0 when
     both are 0 or both are 1)."""

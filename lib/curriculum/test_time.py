@@ -3,6 +3,8 @@ with the family oracle, run literally and in exact expectation."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from lib.curriculum.tree import ReasoningTree
@@ -18,9 +20,12 @@ def rejection_cost(c: float, q: float, m: int) -> dict:
         P(the accepted candidate is right) = c / P(accept).
 
     Variances (``calls_var``, ``candidates_var``): the accepted candidate uses ``m`` calls; the
-    ``N − 1 ~ Geometric`` rejected ones before it use ``Y`` calls each, i.i.d. with
+    ``K = N − 1 ~ Geometric`` rejected ones before it use ``Y`` calls each, i.i.d. with
     ``P(Y = j) ∝ q^{j−1}(1−q)``, ``j = 1..m``, independent of ``N`` and of which candidate is
-    accepted; so ``Var = E[N−1]·Var Y + Var(N−1)·(E Y)²``."""
+    accepted; so ``Var = E[K]·Var Y + Var(K)·(E Y)²``.  The third cumulant (``calls_k3``, for
+    skew-aware tests of a mean) follows from the same compound sum,
+    ``κ₃ = E[K]·κ₃(Y) + 3·Var(K)·E[Y]·Var(Y) + κ₃(K)·E[Y]³`` with
+    ``κ₃(K) = (1−P)(2−P)/P³`` for ``P = P(accept)``."""
     p_acc = c + (1 - c) * q**m
     per_wrong = (1 - q**m) / (1 - q) if q < 1 else m
     cands = 1 / p_acc
@@ -28,10 +33,13 @@ def rejection_cost(c: float, q: float, m: int) -> dict:
     w = q ** (j - 1) * (1 - q)
     w = w / w.sum() if w.sum() > 0 else np.eye(m)[-1]
     ey, ey2 = float(w @ j), float(w @ j**2)
+    vy, k3y = ey2 - ey**2, float(w @ (j - ey) ** 3)
     n_rej, var_rej = (1 - p_acc) / p_acc, (1 - p_acc) / p_acc**2
+    k3_rej = (1 - p_acc) * (2 - p_acc) / p_acc**3
     return {"candidates": cands, "calls": (c * m + (1 - c) * per_wrong) * cands,
             "success": c / p_acc, "candidates_var": var_rej,
-            "calls_var": n_rej * (ey2 - ey**2) + var_rej * ey**2}
+            "calls_var": n_rej * vy + var_rej * ey**2,
+            "calls_k3": n_rej * k3y + 3 * var_rej * ey * vy + k3_rej * ey**3}
 
 
 def verification_length(c: float, q: float, delta: float, stages: int = 1) -> int:
@@ -72,10 +80,30 @@ def test_time_theory(tree: ReasoningTree, delta: float = 0.01) -> dict:
     var_tau = tau * right["calls_var"] + (k - tau) * stuck["calls_var"]
     calls_var = float(p_tau @ var_tau + p_tau @ (mean_tau - calls) ** 2)
     return {"best_of_n": {"m": m_b, "calls": best["calls"], "calls_var": best["calls_var"],
-                          "steps": k * best["candidates"], "success": best["success"]},
+                          "calls_k3": best["calls_k3"], "steps": k * best["candidates"],
+                          "success": best["success"]},
             "ltar": {"m": m_l, "calls": calls, "calls_var": calls_var, "steps": steps,
                      "success": s**k, "clean": float(p_tau[-1]),
-                     "clean_calls": k * right["calls"], "clean_calls_var": k * right["calls_var"]}}
+                     "clean_calls": k * right["calls"], "clean_calls_var": k * right["calls_var"],
+                     "clean_calls_k3": k * right["calls_k3"]}}
+
+
+def mean_test_z(sample_mean: float, n: int, mean: float, var: float, k3: float) -> float:
+    """A two-sided test of ``n`` i.i.d. draws' mean against a law with the given mean,
+    variance and third cumulant, as the equivalent normal |z|.  The mean's law is approximated
+    by a Pearson type III (shifted gamma) distribution with the same three cumulants, so the
+    level holds for skewed costs (a rejection sampler's calls are nearly exponential, skewness
+    ≈ 2) where the plain normal |z| would raise false alarms in the long upper tail: with the
+    returned value compared to ``Φ⁻¹(1 − α/2)`` the test has level ≈ α."""
+    from scipy import stats
+
+    sd = math.sqrt(var / n)
+    if sd == 0:
+        return 0.0 if sample_mean == mean else math.inf
+    skew = k3 / var**1.5 / math.sqrt(n)
+    law = stats.pearson3(skew, loc=mean, scale=sd)
+    p = 2 * min(law.cdf(sample_mean), law.sf(sample_mean))
+    return float(stats.norm.isf(min(p, 1.0) / 2)) if p > 0 else math.inf
 
 
 def _verify(tree, rng, cand, L, m):
