@@ -139,8 +139,8 @@ def train_point(lr: float, route: str, seed: int, *, tree: ReasoningTree, budget
             for key, v in run.items() if key != "route"}
 
 
-def stack_runs(records: list[dict], keys=("accuracy", "stage", "hacked", "hacked_theory",
-                                          "reward")) -> dict:
+def stack_runs(records: list[dict], keys=("accuracy", "stage", "hacked", "hacked_theory", "reward",
+                                          "rewarded", "hacked_count")) -> dict:
     """Training records of one (lr, route), seeds in order, as :func:`train` returns them for
     several seeds at once: ``samples (T,)`` and every other series ``(T, seeds)``."""
     records = sorted(records, key=lambda r: r["seed"])

@@ -28,7 +28,8 @@ def train(tree: ReasoningTree, route: str, *, seeds: int, budget: int, batch: in
     the full task.  Records, at ``evals`` log-spaced points: greedy test accuracy on ``n_test``
     inputs, the stage, and the fraction of rewarded rollouts whose judged path is wrong
     ("right answer, wrong path") with its exact expectation under the policies of the same
-    window (``hacked_theory``)."""
+    window (``hacked_theory``), and the window's counts behind it (``rewarded``,
+    ``hacked_count``)."""
     k, d = tree.k, tree.d
     theta = np.zeros((seeds, k, d))
     stage = np.ones(seeds, dtype=np.int64) if route != "direct" else np.full(seeds, k)
@@ -37,7 +38,7 @@ def train(tree: ReasoningTree, route: str, *, seeds: int, budget: int, batch: in
     steps = budget // batch
     marks = np.unique(np.geomspace(1, steps, evals).astype(int))
     rec = {"samples": [], "accuracy": [], "stage": [], "hacked": [], "hacked_theory": [],
-           "reward": []}
+           "reward": [], "rewarded": [], "hacked_count": []}
     target = np.asarray(tree.target)
     hacked_acc, rewarded_acc = np.zeros(seeds), np.zeros(seeds)
     hacked_exp, rewarded_exp = np.zeros(seeds), np.zeros(seeds)  # exact expectations
@@ -81,6 +82,8 @@ def train(tree: ReasoningTree, route: str, *, seeds: int, budget: int, batch: in
             rec["hacked"].append(hacked_acc / np.maximum(rewarded_acc, 1))
             rec["hacked_theory"].append(hacked_exp / rewarded_exp)
             rec["reward"].append(avg.copy())
+            rec["rewarded"].append(rewarded_acc.copy())
+            rec["hacked_count"].append(hacked_acc.copy())
             for acc in (hacked_acc, rewarded_acc, hacked_exp, rewarded_exp):
                 acc[:] = 0
     return {k_: np.asarray(v) for k_, v in rec.items()} | {"route": route}
