@@ -195,6 +195,40 @@ def test_compare_decay_refuses_a_window_it_cannot_fit():
     assert not analysis.compare_decay(t, np.exp(-t), 5, 5.05).fitted
 
 
+def test_rate_fade_separates_exponential_from_any_power_law():
+    """The half-window rate ratio of a pure exponential is 1 (fade 0) and that of every power
+    law c·t^(−p) equals the parameter-free prediction (fade 1), on noisy curves too; a sum of
+    two exponentials fades part of the way; a rate that rises after a slow stretch has fade < 0."""
+    t = np.arange(0.0, 60.0, 0.2)
+    tt = np.maximum(t, 1e-12)
+    wiggle = 1 + 0.02 * np.cos(5 * t)
+    ex = analysis.rate_fade(t, 3 * np.exp(-0.6 * t) * wiggle, 4, 38)
+    assert ex.fitted and ex.rate_first == pytest.approx(0.6, rel=0.02)
+    assert ex.ratio == pytest.approx(1.0, abs=0.02) and abs(ex.fade) < 0.05
+    assert ex.decades == pytest.approx(0.6 * (38 - 4) / np.log(10), rel=0.02)
+    for p in (0.5, 2.0, 8.0):
+        pw = analysis.rate_fade(t, 5 * tt**-p * wiggle, 4, 38)
+        assert pw.fitted and pw.fade == pytest.approx(1.0, abs=0.05)
+        assert pw.power_ratio == pytest.approx(ex.power_ratio)  # same times, same prediction
+    assert 0.3 < ex.power_ratio < 0.45  # window [4, 38]: halves [4, 21] and [21, 38]
+    mix = analysis.rate_fade(t, np.exp(-0.1 * t) + 1e3 * np.exp(-1.0 * t), 4, 38)
+    assert 0.0 < mix.fade < 1.0
+    slow_then_fast = np.exp(-np.where(t < 20, 0.1 * t, 2.0 + 0.7 * (t - 20)))
+    assert analysis.rate_fade(t, slow_then_fast, 4, 38).fade < 0
+
+
+def test_rate_fade_refuses_what_it_cannot_fit():
+    """A gap that crosses zero, a window with too few points or a gap that does not decay is
+    not fitted (NaN); a second half that stops decaying has infinite fade."""
+    t = np.arange(0.0, 60.0, 0.2)
+    bad = analysis.rate_fade(t, np.exp(-0.4 * t) - 1e-5, 4, 38)
+    assert not bad.fitted and np.isnan(bad.fade) and np.isnan(bad.ratio)
+    assert not analysis.rate_fade(t, np.exp(-t), 4, 4.5).fitted
+    assert not analysis.rate_fade(t, 1 + 0 * t, 4, 38).fitted
+    stalls = analysis.rate_fade(t, np.exp(-np.minimum(t, 21.0)), 4, 38)
+    assert stalls.fitted and stalls.fade > 5  # (infinite when the second half is flat)
+
+
 def test_flow_step_gives_every_lambda_the_same_clock():
     """With ``flow_step`` every run steps h, whatever its λ; by default h = η/(1 + λ)."""
     s = demand.sample(32, np.random.default_rng(2))

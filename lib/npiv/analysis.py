@@ -80,3 +80,72 @@ def compare_decay(t: np.ndarray, gap: np.ndarray, t_lo: float, t_hi: float,
     rss_pow = float(((y - (s_pow * np.log(t[sel]) + i_pow)) ** 2).sum())
     return DecayComparison(float(-s_exp), float(-s_pow), rss_exp, rss_pow,
                            float(-s_exp * (t_hi - t_lo) / np.log(10)), n, True)
+
+
+def _log_slope_of_log_t(t: np.ndarray) -> float:
+    """Least-squares slope of ``log t`` against ``t`` on the sample times ``t``."""
+    return float(np.polyfit(t, np.log(t), 1)[0])
+
+
+@dataclass
+class RateFade:
+    """Whether one run's decay rate fades on a fixed flow-time window as a power law's does.
+
+    The window's sample times are split into a first and a second half; on each half the
+    decay rate is the least-squares slope of ``−log gap`` against ``t``. Exponential decay
+    keeps its rate (``ratio`` = 1; a rate that rises after a slow stretch gives > 1). A power
+    law ``c·t^{−p}`` from the flow's start has local rate ``p/t``, so on the same sample times
+    ``ratio`` equals ``power_ratio`` whatever ``p`` and ``c`` are. ``fade`` =
+    log(ratio)/log(power_ratio) puts the two on one scale: 0 for an exponential, 1 for any
+    power law."""
+
+    rate_first: float
+    rate_second: float
+    power_ratio: float     # the ratio any power law c·t^(−p) gives on these sample times
+    n_points: int
+    fitted: bool           # False: a gap ≤ 0 in the window, too few points, or no decay
+    log_gap_start: float = float("nan")  # first half's line at the window's first sample
+    log_gap_end: float = float("nan")    # second half's line at the window's last sample
+
+    @property
+    def decades(self) -> float:
+        """How far the gap falls across the window, log10(gap(start)/gap(end)), read off the
+        two half-window line fits (so single noisy samples do not count)."""
+        return (self.log_gap_start - self.log_gap_end) / np.log(10) if self.fitted else float("nan")
+
+    @property
+    def ratio(self) -> float:
+        """Decay rate on the second half over that on the first half."""
+        return self.rate_second / self.rate_first if self.fitted else float("nan")
+
+    @property
+    def fade(self) -> float:
+        """log(ratio)/log(power_ratio): 0 for exponential decay, 1 for a power law; +inf when
+        the second half does not decay at all, NaN when the run cannot be fitted."""
+        if not self.fitted:
+            return float("nan")
+        if self.ratio <= 0:
+            return float("inf")
+        return float(np.log(self.ratio) / np.log(self.power_ratio))
+
+
+def rate_fade(t: np.ndarray, gap: np.ndarray, t_lo: float, t_hi: float,
+              min_points: int = 10) -> RateFade:
+    """The :class:`RateFade` of one run's gap on the window ``t_lo ≤ t ≤ t_hi`` (fixed in
+    advance). A window with a non-positive gap, fewer than ``min_points`` points or no decay
+    on its first half cannot be fitted (``fitted`` False: a claim over runs must fail)."""
+    t, gap = np.asarray(t, float), np.asarray(gap, float)
+    sel = (t >= t_lo) & (t <= t_hi)
+    n = int(sel.sum())
+    nan = float("nan")
+    if n < min_points or t_lo <= 0:
+        return RateFade(nan, nan, nan, n, False)
+    ts, gs = t[sel], gap[sel]
+    m = n // 2
+    power_ratio = _log_slope_of_log_t(ts[m:]) / _log_slope_of_log_t(ts[:m])
+    if not np.all(gs > 0):
+        return RateFade(nan, nan, power_ratio, n, False)
+    y = np.log(gs)
+    (s1, i1), (s2, i2) = np.polyfit(ts[:m], y[:m], 1), np.polyfit(ts[m:], y[m:], 1)
+    return RateFade(-float(s1), -float(s2), power_ratio, n, bool(s1 < 0),
+                    float(s1 * ts[0] + i1), float(s2 * ts[-1] + i2))

@@ -32,7 +32,8 @@ def convergence(lams, sigmas, seeds, n: int, cfg: mf.F2BMLDConfig, seed: int,
     reference value, the mean of its Lagrangian over flow times ``t ≥ ref_from`` (a stretch
     after the fit windows, where the run has settled); on the flow-time window fixed for its λ
     (``windows[i]`` for ``lams[i]``) the log-gap is fitted by an exponential and by a power law
-    (:func:`analysis.compare_decay`). Runs with the same seed share their data set."""
+    (:func:`analysis.compare_decay`), and the decay rates on its two halves are compared
+    (:func:`analysis.rate_fade`). Runs with the same seed share their data set."""
     grid = [(lam, sig, s) for lam in lams for sig in sigmas for s in seeds]
     samples = [demand.sample(n, np.random.default_rng([seed, 1, s])) for _, _, s in grid]
     data = demand_batch(samples)
@@ -45,10 +46,11 @@ def convergence(lams, sigmas, seeds, n: int, cfg: mf.F2BMLDConfig, seed: int,
     gap = run.L - ref
     win = {lam: tuple(w) for lam, w in zip(lams, windows)}
     fits = [analysis.compare_decay(t, gap[:, i], *win[g[0]]) for i, g in enumerate(grid)]
+    fades = [analysis.rate_fade(t, gap[:, i], *win[g[0]]) for i, g in enumerate(grid)]
     shape = (len(lams), len(sigmas), len(seeds))
 
-    def per_run(attr):
-        return np.array([getattr(f, attr) for f in fits], float).reshape(shape)
+    def per_run(attr, of=fits):
+        return np.array([getattr(f, attr) for f in of], float).reshape(shape)
 
     return {
         "t": t,
@@ -58,7 +60,11 @@ def convergence(lams, sigmas, seeds, n: int, cfg: mf.F2BMLDConfig, seed: int,
         "tail_sd": run.L[tail].std(0).reshape(shape),
         "rate": per_run("rate"), "exponent": per_run("exponent"),
         "ratio": per_run("ratio"), "delta_aic": per_run("delta_aic"),
-        "decades": per_run("decades"), "fitted": per_run("fitted").astype(bool),
+        "decades": per_run("decades"),
+        "fitted": per_run("fitted").astype(bool) & per_run("fitted", fades).astype(bool),
+        "rate_first": per_run("rate_first", fades), "rate_second": per_run("rate_second", fades),
+        "rate_ratio": per_run("ratio", fades), "power_ratio": per_run("power_ratio", fades),
+        "fade": per_run("fade", fades), "gap_decades": per_run("decades", fades),
     }
 
 
