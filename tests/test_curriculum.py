@@ -346,7 +346,7 @@ def test_point_functions_run_and_are_deterministic():
     assert a == C.onestep_count(tree, 200, 30, 0, root=1) and 0 <= a["right"] <= 30
     assert C.onestep_count(tree, 200, 30, 0, root=1, sampler=True)["repeats"] == 30
     cell = C.sampler_cell("mod-5 chain, q = 1/5", "direct", 4, 2, 64, 0, repeats=20, root=1)
-    assert set(cell) == {"literal_right", "literal_first", "fast_right", "fast_first", "z"}
+    assert set(cell) == {"literal_right", "literal_first", "fast_right", "fast_first", "z", "p"}
     for name in C.ORACLE_Q:
         tree_, kind = C.oracle_tree(name, 4, 2)
         assert (tree_.q if kind == "answer" else 0.0) == pytest.approx(C.ORACLE_Q[name])
@@ -365,3 +365,33 @@ def test_training_points_stack_like_a_vectorised_run():
     T = run["samples"].size
     assert run["accuracy"].shape == (T, 2) and run["hacked_theory"].shape == (T, 2)
     assert np.array_equal(run["accuracy"][:, 0], recs[1]["accuracy"])  # seeds in order
+
+
+def test_two_proportion_p_is_fisher_and_symmetric():
+    assert C.two_proportion_p(5, 100, 100, 2000) == pytest.approx(1.0)
+    p = C.two_proportion_p(12, 400, 80, 8000)
+    assert 0 < p < 0.01 and p == pytest.approx(C.two_proportion_p(80, 8000, 12, 400))
+    assert C.two_proportion_p(400, 400, 8000, 8000) == 1.0
+
+
+def test_training_records_the_exact_law_of_hacked_counts():
+    # at a tiny step the policy stays near uniform: every window's cumulants are those of
+    # Bin(rewarded, p0) with p0 the base's hacking share
+    tree = C.parity(5, 2)
+    run = C.train(tree, "direct", seeds=2, budget=640, batch=64, lr=1e-9, rng=np.random.default_rng(3),
+                  n_test=64, evals=4)
+    p0 = C.hacking_fraction(C.base_success(tree)["chain"], tree.q)
+    assert np.allclose(run["hacked_mean"], run["rewarded"] * p0)
+    assert np.allclose(run["hacked_var"], run["rewarded"] * p0 * (1 - p0))
+    assert np.allclose(run["hacked_k3"], run["rewarded"] * p0 * (1 - p0) * (1 - 2 * p0))
+    assert np.array_equal(run["hacked_count"] / np.maximum(run["rewarded"], 1), run["hacked"])
+    assert run["rewarded"].sum() <= 640 * 2
+
+
+def test_mean_test_z_continuity_on_a_lattice():
+    # a count of 0 against a mean near 0 is the likeliest outcome, not an extreme one
+    assert C.mean_test_z(0, 1, 1e-6, 1e-6, 1e-6, lattice=1) < 1
+    # one event against a mean of 1e-8 is extreme, with or without the correction
+    assert C.mean_test_z(1, 1, 1e-8, 1e-8, 1e-8, lattice=1) > 5
+    # a degenerate law admits only its mean
+    assert C.mean_test_z(3, 1, 3.0, 0.0, 0.0) == 0 and C.mean_test_z(2, 1, 3.0, 0.0, 0.0) == np.inf

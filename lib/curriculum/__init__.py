@@ -34,7 +34,8 @@ curriculum: the first ``k-ℓ`` steps are given, the terminal oracle judges the 
 from lib.curriculum.one_step import (LEARNED, curriculum_fast, curriculum_literal,
                                      curriculum_theory, n_grid, n_star, n_star_asymptotic,
                                      n_star_theory, onestep_fast, onestep_literal, onestep_theory,
-                                     sampler_check, stage_setup, two_proportion_z)
+                                     sampler_check, stage_setup, two_proportion_p,
+                                     two_proportion_z)
 from lib.curriculum.experiments import (ORACLE_Q, best_of_n_vs_ltar, n_star_point, onestep_count,
                                         oracle_tree, sampler_cell, stack_runs, stream, sweep_n_star,
                                         train_point)
@@ -57,4 +58,4 @@ __all__ = ["LEARNED", "ORACLE_Q", "ROUTES", "PositionalTransformer", "ReasoningT
            "onestep_theory", "parity", "reinforce_gradient", "rejection_cost", "sample_paths",
            "sampler_cell", "sampler_check", "samples_to_solve", "stack_runs", "stage_setup", "stream",
            "sweep_n_star", "test_accuracy", "test_time_theory", "train", "train_point",
-           "two_proportion_z", "verification_length"]
+           "two_proportion_p", "two_proportion_z", "verification_length"]

@@ -140,7 +140,8 @@ def train_point(lr: float, route: str, seed: int, *, tree: ReasoningTree, budget
 
 
 def stack_runs(records: list[dict], keys=("accuracy", "stage", "hacked", "hacked_theory", "reward",
-                                          "rewarded", "hacked_count")) -> dict:
+                                          "rewarded", "hacked_count", "hacked_mean", "hacked_var",
+                                          "hacked_k3")) -> dict:
     """Training records of one (lr, route), seeds in order, as :func:`train` returns them for
     several seeds at once: ``samples (T,)`` and every other series ``(T, seeds)``."""
     records = sorted(records, key=lambda r: r["seed"])

@@ -317,6 +317,16 @@ def two_proportion_z(k1: float, n1: int, k2: float, n2: int) -> float:
     return float(abs(k1 / n1 - k2 / n2) / math.sqrt(var)) if var > 0 else 0.0
 
 
+def two_proportion_p(k1: int, n1: int, k2: int, n2: int) -> float:
+    """Two-sided p-value of Fisher's exact test that ``k1/n1`` and ``k2/n2`` estimate the same
+    proportion (exact given the margins, so its level holds near 0 and 1 where a normal z
+    would raise false alarms)."""
+    from scipy import stats
+
+    k1, k2 = int(k1), int(k2)
+    return float(stats.fisher_exact([[k1, n1 - k1], [k2, n2 - k2]])[1])
+
+
 def sampler_check(tree: ReasoningTree, route: str, n: int, repeats: int,
                   rng: np.random.Generator, oracle: str = "answer", fast_factor: int = 20) -> dict:
     """The literal protocol against its sufficient-statistic sampler at one cell: the direct
@@ -325,7 +335,8 @@ def sampler_check(tree: ReasoningTree, route: str, n: int, repeats: int,
     proportions are compared: the final greedy chain is right (``"right"``), and the first
     learned depth is right (``"first"``: depth 1 for the direct step, the first stage for a
     curriculum), which stays informative at sample sizes too small for a whole chain.
-    Returns the four rates and the largest two-proportion |z|."""
+    Returns the four rates, the largest two-proportion |z| and the smallest of the two Fisher
+    exact p-values (``"p"``)."""
     q = tree.q if oracle == "answer" else 0.0
     big = fast_factor * repeats
     if route == "direct":
@@ -339,5 +350,7 @@ def sampler_check(tree: ReasoningTree, route: str, n: int, repeats: int,
     out = {f"{side}_{what}": float(v[what].mean()) for side, v in (("literal", lit), ("fast", fast))
            for what in ("right", "first")}
     out["z"] = max(two_proportion_z(lit[w].sum(), repeats, fast[w].sum(), big)
+                   for w in ("right", "first"))
+    out["p"] = min(two_proportion_p(lit[w].sum(), repeats, fast[w].sum(), big)
                    for w in ("right", "first"))
     return out

@@ -88,21 +88,26 @@ def test_time_theory(tree: ReasoningTree, delta: float = 0.01) -> dict:
                      "clean_calls_k3": k * right["calls_k3"]}}
 
 
-def mean_test_z(sample_mean: float, n: int, mean: float, var: float, k3: float) -> float:
+def mean_test_z(sample_mean: float, n: int, mean: float, var: float, k3: float,
+                lattice: float = 0.0) -> float:
     """A two-sided test of ``n`` i.i.d. draws' mean against a law with the given mean,
     variance and third cumulant, as the equivalent normal |z|.  The mean's law is approximated
     by a Pearson type III (shifted gamma) distribution with the same three cumulants, so the
     level holds for skewed costs (a rejection sampler's calls are nearly exponential, skewness
     ≈ 2) where the plain normal |z| would raise false alarms in the long upper tail: with the
-    returned value compared to ``Φ⁻¹(1 − α/2)`` the test has level ≈ α."""
+    returned value compared to ``Φ⁻¹(1 − α/2)`` the test has level ≈ α.  When the draws are
+    integers on a ``lattice`` (1 for counts and calls), each tail is taken half a lattice step
+    beyond the observed sum (continuity correction): without it an observed 0 against a mean
+    near 0 (the most likely count) would look extreme to the continuous law."""
     from scipy import stats
 
-    sd = math.sqrt(var / n)
-    if sd == 0:
-        return 0.0 if sample_mean == mean else math.inf
+    sd = math.sqrt(max(var, 0.0) / n)
+    if sd < 1e-9 * max(1.0, abs(mean)):  # a degenerate law: only its mean can occur
+        return 0.0 if abs(sample_mean - mean) <= 1e-6 * max(1.0, abs(mean)) else math.inf
     skew = k3 / var**1.5 / math.sqrt(n)
     law = stats.pearson3(skew, loc=mean, scale=sd)
-    p = 2 * min(law.cdf(sample_mean), law.sf(sample_mean))
+    half = lattice / (2 * n)
+    p = 2 * min(law.cdf(sample_mean + half), law.sf(sample_mean - half))
     return float(stats.norm.isf(min(p, 1.0) / 2)) if p > 0 else math.inf
 
 

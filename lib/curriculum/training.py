@@ -29,7 +29,9 @@ def train(tree: ReasoningTree, route: str, *, seeds: int, budget: int, batch: in
     inputs, the stage, and the fraction of rewarded rollouts whose judged path is wrong
     ("right answer, wrong path") with its exact expectation under the policies of the same
     window (``hacked_theory``), and the window's counts behind it (``rewarded``,
-    ``hacked_count``)."""
+    ``hacked_count``) with the mean, variance and third cumulant of the hacked count given the
+    rewarded counts and the policies (``hacked_mean``, ``hacked_var``, ``hacked_k3``: sums over
+    the window's steps of the binomial cumulants with the exact per-step hacking probability)."""
     k, d = tree.k, tree.d
     theta = np.zeros((seeds, k, d))
     stage = np.ones(seeds, dtype=np.int64) if route != "direct" else np.full(seeds, k)
@@ -38,10 +40,14 @@ def train(tree: ReasoningTree, route: str, *, seeds: int, budget: int, batch: in
     steps = budget // batch
     marks = np.unique(np.geomspace(1, steps, evals).astype(int))
     rec = {"samples": [], "accuracy": [], "stage": [], "hacked": [], "hacked_theory": [],
-           "reward": [], "rewarded": [], "hacked_count": []}
+           "reward": [], "rewarded": [], "hacked_count": [], "hacked_mean": [], "hacked_var": [],
+           "hacked_k3": []}
     target = np.asarray(tree.target)
     hacked_acc, rewarded_acc = np.zeros(seeds), np.zeros(seeds)
     hacked_exp, rewarded_exp = np.zeros(seeds), np.zeros(seeds)  # exact expectations
+    # cumulants of the hacked count given the rewarded counts: a rewarded rollout at step t is
+    # hacked with probability p_t = (1−c_t)q / (c_t + (1−c_t)q), independently given the policy
+    cum = np.zeros((3, seeds))
     for t in range(1, steps + 1):
         c = np.array([judged_correct_probability(tree, theta[s], route, stage[s])
                       for s in range(seeds)])
@@ -75,6 +81,8 @@ def train(tree: ReasoningTree, route: str, *, seeds: int, budget: int, batch: in
             avg[up] = 0.0
         hacked_acc += ((r > 0) & ~right).sum(axis=-1)
         rewarded_acc += (r > 0).sum(axis=-1)
+        p_h = (1 - c) * tree.q / (c + (1 - c) * tree.q)
+        cum += (r > 0).sum(axis=-1) * np.array([p_h, p_h * (1 - p_h), p_h * (1 - p_h) * (1 - 2 * p_h)])
         if t in marks:
             rec["samples"].append(t * batch)
             rec["accuracy"].append(test_accuracy(tree, theta, x_test))
@@ -84,6 +92,9 @@ def train(tree: ReasoningTree, route: str, *, seeds: int, budget: int, batch: in
             rec["reward"].append(avg.copy())
             rec["rewarded"].append(rewarded_acc.copy())
             rec["hacked_count"].append(hacked_acc.copy())
+            for key, v in zip(("hacked_mean", "hacked_var", "hacked_k3"), cum):
+                rec[key].append(v.copy())
+            cum[:] = 0
             for acc in (hacked_acc, rewarded_acc, hacked_exp, rewarded_exp):
                 acc[:] = 0
     return {k_: np.asarray(v) for k_, v in rec.items()} | {"route": route}
