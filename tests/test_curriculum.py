@@ -395,3 +395,15 @@ def test_mean_test_z_continuity_on_a_lattice():
     assert C.mean_test_z(1, 1, 1e-8, 1e-8, 1e-8, lattice=1) > 5
     # a degenerate law admits only its mean
     assert C.mean_test_z(3, 1, 3.0, 0.0, 0.0) == 0 and C.mean_test_z(2, 1, 3.0, 0.0, 0.0) == np.inf
+
+
+def test_martingale_p_bounds_exact_binomial_tails():
+    from scipy import stats
+
+    for n in (5, 60, 400):
+        for p in (0.01, 0.5, 0.98):
+            for x in range(0, n + 1, max(1, n // 40)):
+                exact = min(1.0, 2 * min(stats.binom.cdf(x, n, p), stats.binom.sf(x - 1, n, p)))
+                assert exact <= C.martingale_p(x, n * p, n * p * (1 - p)) + 1e-12
+    assert C.martingale_p(7, 7.0, 0.0) == 1.0
+    assert C.martingale_p(0, 30.0, 20.0) < 1e-4  # a real gap is still caught

@@ -43,7 +43,7 @@ from lib.curriculum.policy import greedy, reinforce_gradient, sample_paths
 from lib.curriculum.test_time import (best_of_n, ltar, mean_test_z, rejection_cost,
                                       test_time_theory, verification_length)
 from lib.curriculum.training import (hacking_fraction, judged_correct_probability,
-                                     samples_to_solve, test_accuracy, train)
+                                     martingale_p, samples_to_solve, test_accuracy, train)
 from lib.curriculum.transformer import PositionalTransformer, compare_transformer
 from lib.curriculum.tree import (ROUTES, ReasoningTree, base_success, correct_paths, mod_chain,
                                  parity)
@@ -52,7 +52,7 @@ from lib.stats import loglog_slope
 __all__ = ["LEARNED", "ORACLE_Q", "ROUTES", "PositionalTransformer", "ReasoningTree", "base_success",
            "best_of_n", "best_of_n_vs_ltar", "compare_transformer", "correct_paths", "curriculum_fast",
            "curriculum_literal", "curriculum_theory", "greedy", "hacking_fraction",
-           "judged_correct_probability", "loglog_slope", "ltar", "mean_test_z", "mod_chain", "n_grid",
+           "judged_correct_probability", "loglog_slope", "ltar", "martingale_p", "mean_test_z", "mod_chain", "n_grid",
            "n_star", "n_star_point", "onestep_count", "oracle_tree",
            "n_star_asymptotic", "n_star_theory", "onestep_fast", "onestep_literal",
            "onestep_theory", "parity", "reinforce_gradient", "rejection_cost", "sample_paths",

@@ -3,6 +3,8 @@ depend on batch size and step size), with the exact reward-hacking share."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from lib.curriculum.policy import greedy, reinforce_gradient, sample_paths
@@ -125,6 +127,19 @@ def judged_correct_probability(tree: ReasoningTree, logits: np.ndarray, route: s
         good = good[np.all(good[:, :given] == np.asarray(tree.target[:given]), axis=1)]
         free = np.arange(given, k)
     return float(np.prod(probs[free[None, :], good[:, free]], axis=1).sum())
+
+
+def martingale_p(observed: float, mean: float, var: float) -> float:
+    """Two-sided p-value bound for a sum of increments in [0, 1] (Bernoulli draws whose
+    probabilities may depend on the past, as in training) against its summed conditional means
+    ``mean`` and variances ``var``, by Freedman's inequality:
+    ``P(|S − mean| ≥ a) ≤ 2·exp(−a² / (2(var + a/3)))``.  Conservative (the true rate is below
+    the bound) and valid where the count is small and discrete, or its law skewed, and the
+    probabilities adapt to earlier draws, where a normal or three-moment approximation is not."""
+    a = abs(observed - mean)
+    if a == 0:
+        return 1.0
+    return float(min(1.0, 2 * math.exp(-a * a / (2 * (max(var, 0.0) + a / 3)))))
 
 
 def hacking_fraction(c: float, q: float) -> float:
