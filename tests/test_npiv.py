@@ -229,6 +229,18 @@ def test_rate_fade_refuses_what_it_cannot_fit():
     assert stalls.fitted and stalls.fade > 5  # (infinite when the second half is flat)
 
 
+def test_local_rates_are_constant_for_an_exponential_and_p_over_t_for_a_power_law():
+    """Block slopes of −log gap: flat for an exponential, ≈ p/t for a power law; they stop at
+    the first block that reaches the floor."""
+    t = np.arange(0.0, 60.0, 0.2)
+    c, r = analysis.local_rates(t, np.exp(-0.5 * t), 2.0)
+    assert len(c) == 30 and np.allclose(r, 0.5)
+    c, r = analysis.local_rates(t[1:], t[1:] ** -3.0, 2.0)
+    assert np.allclose(r[2:], 3.0 / c[2:], rtol=0.02)
+    c, r = analysis.local_rates(t, np.exp(-0.5 * t), 2.0, floor=np.exp(-0.5 * 21))
+    assert c.max() < 21 and len(c) == 10
+
+
 def test_flow_step_gives_every_lambda_the_same_clock():
     """With ``flow_step`` every run steps h, whatever its λ; by default h = η/(1 + λ)."""
     s = demand.sample(32, np.random.default_rng(2))

@@ -149,3 +149,22 @@ def rate_fade(t: np.ndarray, gap: np.ndarray, t_lo: float, t_hi: float,
     (s1, i1), (s2, i2) = np.polyfit(ts[:m], y[:m], 1), np.polyfit(ts[m:], y[m:], 1)
     return RateFade(-float(s1), -float(s2), power_ratio, n, bool(s1 < 0),
                     float(s1 * ts[0] + i1), float(s2 * ts[-1] + i2))
+
+
+def local_rates(t: np.ndarray, gap: np.ndarray, block: float,
+                floor: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """The local decay rate −d log(gap)/dt of one run, as the least-squares slope of ``−log gap``
+    over consecutive blocks of ``block`` flow time (from t = 0 on), stopping at the first block
+    where the gap is not above ``floor``. Returns the blocks' centres and rates. An exponential
+    gives a constant; a power law c·t^(−p) gives ≈ p/t."""
+    t, gap = np.asarray(t, float), np.asarray(gap, float)
+    centres, rates = [], []
+    for lo in np.arange(0.0, t[-1], block):
+        sel = (t >= lo) & (t < lo + block)
+        if sel.sum() < 3:
+            continue
+        if not np.all(gap[sel] > floor) or not np.all(gap[sel] > 0):
+            break
+        centres.append(float(t[sel].mean()))
+        rates.append(-float(np.polyfit(t[sel], np.log(gap[sel]), 1)[0]))
+    return np.array(centres), np.array(rates)
