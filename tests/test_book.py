@@ -43,11 +43,6 @@ def test_default_book_builds_without_warnings(default_book):
 #: as failing (chapter table and status page); this list only keeps them from hiding every other
 #: failure. Adding to it needs the same scrutiny as changing a claim.
 KNOWN_FAILURES = {
-    ("03-npiv-mean-field", "linear-convergence"):
-        "a fixed flow-time window cannot certify exponential decay on every run: rates differ up to 4× "
-        "between data sets and some runs sit on a metastable stretch (held on 1 of seeds 0–9)",
-    ("03-npiv-mean-field", "convergence-window-two-decades"):
-        "at this scale the fixed window spans 1.8 rather than 2 decades of the gap above the noise floor",
     **{("07-label-noise-feature-learning", cid):
        "Theorem 4.2's Stage II lower bound ½·min(τ₊, τ₋) on the clean test error is not met (0/10 seeds; "
        "final error 0.008–0.047, and 0.000 at d = n²): memorised label noise barely moves fresh test points, "
