@@ -5,6 +5,7 @@ from the ``seed`` argument; independent runs advance together as one batch."""
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 
 import numpy as np
 import torch
@@ -12,6 +13,7 @@ import torch
 from lib.npiv import analysis, cartpole, demand
 from lib.npiv import meanfield as mf
 from lib.npiv.baselines import DFIV, KernelIV, Sieve2SLS
+from lib.sweep import sweep
 
 
 def _tensor(x) -> torch.Tensor:
@@ -68,6 +70,40 @@ def convergence(lams, sigmas, seeds, n: int, cfg: mf.F2BMLDConfig, seed: int,
     }
 
 
+def _sweep_data(seed: int, seeds, n: int, n_test: int):
+    """The λ sweep's data: one training set per seed (shared across λ) and one test set."""
+    train = {s: demand.sample(n, np.random.default_rng([seed, 3, s])) for s in seeds}
+    return train, demand.sample(n_test, np.random.default_rng([seed, 4]))
+
+
+def _lambda_point(i: int, seed: int, *, lams, seeds, n: int, n_test: int, cfg: mf.F2BMLDConfig,
+                  flow_time: float, snapshot_at: tuple[int, ...]) -> dict:
+    """One λ of :func:`lambda_sweep` (``lams[i]``), every seed's training set in one batch."""
+    train, test = _sweep_data(seed, seeds, n, n_test)
+    data = demand_batch([train[s] for s in seeds])
+    A_test = mf.Inputs(_tensor(np.broadcast_to(test.A, (len(seeds), *test.A.shape))))
+    k = int(np.ceil(flow_time * (1 + lams[i]) / cfg.eta))
+    mid = i == len(lams) // 2
+    shown = tuple(int(round(f * k)) for f in snapshot_at) if mid else ()
+    half = k // 2
+    run = mf.f2bmld(data, float(lams[i]), replace(cfg, steps=k, record_every=k),
+                    seed=hash((seed, 5, i)) % 2**31, snapshot_at=(*shown, half))
+    pred = run.a(A_test).numpy()
+    x_half = next(x for kk, x in run.snapshots if kk == half)
+    return {"mse": demand.test_mse(pred, test), "steps": k,
+            "mse_half": demand.test_mse(mf.MeanFieldNet(x_half, cfg.R)(A_test).numpy(), test),
+            "pred": pred[0] if mid else None,
+            "snapshots": [(kk, x[0].numpy().copy()) for kk, x in run.snapshots if kk in shown]}
+
+
+def _baselines_point(s: int, seed: int, *, n: int, n_test: int) -> dict:
+    """Sieve 2SLS and kernel IV on the λ sweep's training set of seed ``s``."""
+    train, test = _sweep_data(seed, [s], n, n_test)
+    tr, rng = train[s], np.random.default_rng([seed, 6, s])
+    return {"sieve 2SLS": demand.test_mse(Sieve2SLS().fit(tr.A, tr.W, tr.Y, rng).predict(test.A), test),
+            "kernel IV": demand.test_mse(KernelIV().fit(tr.A, tr.W, tr.Y, rng).predict(test.A), test)}
+
+
 def lambda_sweep(lams, seeds, n: int, n_test: int, cfg: mf.F2BMLDConfig, seed: int,
                  flow_time: float, rho: float = 0.5, snapshot_at: tuple[int, ...] = ()):
     """Test MSE of F²BMLD's structural function for every (λ, seed) on the demand design
@@ -75,52 +111,52 @@ def lambda_sweep(lams, seeds, n: int, n_test: int, cfg: mf.F2BMLDConfig, seed: i
     step is h = η/(1 + λ) and it takes ⌈flow_time / h⌉ steps. Sieve 2SLS and kernel IV on the
     same training sets for reference. Also returns the treatment particles of the run
     ``(λ = lams[len(lams)//2], seeds[0])`` at ``snapshot_at`` (fractions of its run) and its
-    predictions, and every run's test MSE at half its flow time (a convergence diagnostic)."""
-    train = {s: demand.sample(n, np.random.default_rng([seed, 3, s])) for s in seeds}
-    test = demand.sample(n_test, np.random.default_rng([seed, 4]))
-    data = demand_batch([train[s] for s in seeds])
-    A_test = mf.Inputs(_tensor(np.broadcast_to(test.A, (len(seeds), *test.A.shape))))
-    mid = len(lams) // 2
-    mse, mse_half, steps, snaps, pred_mid = [], [], [], [], None
-    for i, lam in enumerate(lams):
-        k = int(np.ceil(flow_time * (1 + lam) / cfg.eta))
-        shown = tuple(int(round(f * k)) for f in snapshot_at) if i == mid else ()
-        half = k // 2
-        run = mf.f2bmld(data, float(lam), replace(cfg, steps=k, record_every=k),
-                        seed=hash((seed, 5, i)) % 2**31, snapshot_at=(*shown, half))
-        pred = run.a(A_test).numpy()
-        mse.append(demand.test_mse(pred, test))
-        x_half = next(x for kk, x in run.snapshots if kk == half)
-        mse_half.append(demand.test_mse(mf.MeanFieldNet(x_half, cfg.R)(A_test).numpy(), test))
-        steps.append(k)
-        if i == mid:
-            pred_mid = pred[0]
-            snaps = [(kk, x[0].numpy().copy()) for kk, x in run.snapshots if kk in shown]
-    base = {"sieve 2SLS": [], "kernel IV": []}
-    for s in seeds:
-        tr, rng = train[s], np.random.default_rng([seed, 6, s])
-        base["sieve 2SLS"].append(demand.test_mse(
-            Sieve2SLS().fit(tr.A, tr.W, tr.Y, rng).predict(test.A), test))
-        base["kernel IV"].append(demand.test_mse(
-            KernelIV().fit(tr.A, tr.W, tr.Y, rng).predict(test.A), test))
-    return {"mse": np.array(mse), "mse_half": np.array(mse_half), "steps": np.array(steps),
-            "flow_time": np.array(steps) * cfg.eta / (1 + np.asarray(lams, float)),
-            "baselines": {k: np.array(v) for k, v in base.items()},
-            "snapshots": snaps, "pred": pred_mid, "test": test, "lam_shown": lams[mid]}
+    predictions, and every run's test MSE at half its flow time (a convergence diagnostic).
+    Each λ, and each seed's baselines, is one :func:`lib.sweep.sweep` point."""
+    lams, seeds = [float(v) for v in lams], [int(s) for s in seeds]
+    runs = sweep(partial(_lambda_point, lams=lams, seeds=seeds, n=n, n_test=n_test, cfg=cfg,
+                         flow_time=flow_time, snapshot_at=tuple(snapshot_at)),
+                 {"i": list(range(len(lams)))}, seeds=[seed], desc="λ sweep")
+    base = sweep(partial(_baselines_point, n=n, n_test=n_test), {"s": seeds}, seeds=[seed],
+                 desc="λ sweep baselines")
+    mid = runs[len(lams) // 2]
+    steps = np.array([r["steps"] for r in runs])
+    return {"mse": np.array([r["mse"] for r in runs]),
+            "mse_half": np.array([r["mse_half"] for r in runs]), "steps": steps,
+            "flow_time": steps * cfg.eta / (1 + np.asarray(lams, float)),
+            "baselines": {k: np.array([b[k] for b in base]) for k in ("sieve 2SLS", "kernel IV")},
+            "snapshots": mid["snapshots"], "pred": mid["pred"],
+            "test": _sweep_data(seed, [], n, n_test)[1], "lam_shown": lams[len(lams) // 2]}
+
+
+def _ope_problem(seed: int, i: int, s: int, noise: float, n_episodes: int, n: int, gamma: float):
+    rng = np.random.default_rng([seed, 8, i, s])
+    return cartpole.ope_problem(cartpole.collect(n_episodes, noise, rng), n, rng, gamma)
+
+
+def _ope_baselines_point(i: int, s: int, seed: int, *, noises, seeds, n_episodes: int, n: int,
+                         gamma: float, dfiv: DFIV) -> dict:
+    """DFIV, kernel IV and sieve 2SLS estimates on the OPE problem of noise ``noises[i]`` and
+    data seed ``s`` (the problem is rebuilt from its own stream where the point runs)."""
+    p = _ope_problem(seed, i, s, noises[i], n_episodes, n, gamma)
+    j = i * len(seeds) + seeds.index(s)
+    fn = dict(z_next=p.z_next, kappa=p.kappa)
+    est = {"DFIV": p.value(dfiv.fit(p.z, p.W, p.Y, seed=hash((seed, 10, j)) % 2**31, **fn)
+                           .predict(p.z_start))}
+    rng = np.random.default_rng([seed, 11, j])
+    est["kernel IV"] = p.value(KernelIV().fit(p.z, p.W, p.Y, rng, **fn).predict(p.z_start))
+    est["sieve 2SLS"] = p.value(Sieve2SLS().fit(p.z, p.W, p.Y, rng, **fn).predict(p.z_start))
+    return est
 
 
 def ope(noises, seeds, n_episodes: int, n: int, lams, cfg: mf.F2BMLDConfig,
         dfiv: DFIV, seed: int, n_starts: int = 1000, gamma: float = cartpole.GAMMA):
     """|estimated − true| policy value of F²BMLD (for every λ in ``lams``), DFIV, kernel IV
     and sieve 2SLS on CartPole for every (noise, seed). The truth is a Monte-Carlo value per
-    noise level."""
+    noise level. The baselines' fits, one per problem, are :func:`lib.sweep.sweep` points."""
     truth = np.array([cartpole.true_value(nz, np.random.default_rng([seed, 7, i]), n_starts,
                                           gamma=gamma) for i, nz in enumerate(noises)])
-    P = []
-    for i, nz in enumerate(noises):
-        for s in seeds:
-            rng = np.random.default_rng([seed, 8, i, s])
-            P.append(cartpole.ope_problem(cartpole.collect(n_episodes, nz, rng), n, rng, gamma))
+    P = [_ope_problem(seed, i, s, nz, n_episodes, n, gamma) for i, nz in enumerate(noises) for s in seeds]
     runs = [p for _ in lams for p in P]
 
     def stack(attr):
@@ -133,16 +169,12 @@ def ope(noises, seeds, n_episodes: int, n: int, lams, cfg: mf.F2BMLDConfig,
     q0 = run.a(mf.Inputs(stack("z_start"))).numpy()
     shape = (len(lams), len(noises), len(seeds))
     est_f = np.array([p.value(q) for p, q in zip(runs, q0)]).reshape(shape)
-    est = {"DFIV": [], "kernel IV": [], "sieve 2SLS": []}
-    for j, p in enumerate(P):
-        fn = dict(z_next=p.z_next, kappa=p.kappa)
-        est["DFIV"].append(p.value(dfiv.fit(p.z, p.W, p.Y, seed=hash((seed, 10, j)) % 2**31,
-                                            **fn).predict(p.z_start)))
-        rng = np.random.default_rng([seed, 11, j])
-        est["kernel IV"].append(p.value(KernelIV().fit(p.z, p.W, p.Y, rng, **fn)
-                                        .predict(p.z_start)))
-        est["sieve 2SLS"].append(p.value(Sieve2SLS().fit(p.z, p.W, p.Y, rng, **fn)
-                                         .predict(p.z_start)))
+    base = sweep(partial(_ope_baselines_point, noises=[float(v) for v in noises],
+                         seeds=[int(v) for v in seeds], n_episodes=n_episodes, n=n, gamma=gamma,
+                         dfiv=dfiv),
+                 {"i": list(range(len(noises))), "s": [int(v) for v in seeds]}, seeds=[seed],
+                 desc="OPE baselines")
+    est = {k: [b[k] for b in base] for k in ("DFIV", "kernel IV", "sieve 2SLS")}
     est = {k: np.array(v).reshape(shape[1:]) for k, v in est.items()}
     return {"truth": truth,
             "err_f2bmld": np.abs(est_f - truth[:, None]),   # (λ, noise, seed)
