@@ -32,6 +32,10 @@ tolerance of ``p``; ``within`` rejects it when the value lies outside ``[p − w
 ``at_least`` rejects "value ≤ p" when value > p. Where the comparison is bespoke (a model
 comparison, a likelihood ratio), pass ``Alternative(statement, prediction, rejected=...)``.
 
+Every helper words its tolerance itself ("simulation ≤ 0.1"); a statistical claim passes
+``tolerance=`` to say instead how its level was sized ("largest |z| ≤ 4.1, level 2e-6 per test,
+Bonferroni over the chapter's 420 tests").
+
 A claim marked ``quick=False`` is recorded as skipped under the ``quick`` profile.
 """
 
@@ -202,16 +206,16 @@ class Claims:
         return claim
 
     def close(self, id: str, statement: str, *, theory: float, simulation: float,
-              rtol: float = 0.0, atol: float = 0.0, **kw) -> Claim:
+              rtol: float = 0.0, atol: float = 0.0, tolerance: str | None = None, **kw) -> Claim:
         """|simulation − theory| ≤ atol + rtol·|theory| (both finite)."""
         def near(p):
             return _finite(p, simulation) and abs(simulation - p) <= atol + rtol * abs(p)
 
         return self._record(id, statement, theory=theory, simulation=simulation, holds=near(theory),
-                           tolerance=_closeness(atol, rtol), rejects=lambda p: not near(p), **kw)
+                           tolerance=tolerance or _closeness(atol, rtol), rejects=lambda p: not near(p), **kw)
 
     def all_close(self, id: str, statement: str, *, theory, simulation, rtol: float = 0.0,
-                  atol: float = 0.0, **kw) -> Claim:
+                  atol: float = 0.0, tolerance: str | None = None, **kw) -> Claim:
         """Elementwise closeness of two arrays; records the theory values (or their shape and
         range when long) and the worst absolute and relative error."""
         t = np.asarray(theory, dtype=float)
@@ -227,25 +231,27 @@ class Claims:
         worst_rel = float(np.max(err / np.maximum(np.abs(t), np.finfo(float).tiny))) if t.size else 0.0
         return self._record(id, statement, theory=_array_summary(t),
                            simulation={"max_abs_err": float(err.max(initial=0.0)), "max_rel_err": worst_rel},
-                           holds=near(t), tolerance="every " + _closeness(atol, rtol),
+                           holds=near(t), tolerance=tolerance or "every " + _closeness(atol, rtol),
                            rejects=lambda p: not near(p), **kw)
 
-    def at_most(self, id: str, statement: str, *, value: float, bound: float, **kw) -> Claim:
+    def at_most(self, id: str, statement: str, *, value: float, bound: float,
+                tolerance: str | None = None, **kw) -> Claim:
         """value ≤ bound. ``theory`` is the bound, ``simulation`` the value."""
         ok = _finite(value, bound) and value <= bound
         return self._record(id, statement, theory=bound, simulation=value, holds=ok,
-                           tolerance=f"simulation ≤ {format_value(float(bound))}",
+                           tolerance=tolerance or f"simulation ≤ {format_value(float(bound))}",
                            rejects=lambda p: _finite(value, p) and value < p, **kw)
 
-    def at_least(self, id: str, statement: str, *, value: float, bound: float, **kw) -> Claim:
+    def at_least(self, id: str, statement: str, *, value: float, bound: float,
+                 tolerance: str | None = None, **kw) -> Claim:
         """value ≥ bound."""
         ok = _finite(value, bound) and value >= bound
         return self._record(id, statement, theory=bound, simulation=value, holds=ok,
-                           tolerance=f"simulation ≥ {format_value(float(bound))}",
+                           tolerance=tolerance or f"simulation ≥ {format_value(float(bound))}",
                            rejects=lambda p: _finite(value, p) and value > p, **kw)
 
     def within(self, id: str, statement: str, *, value: float, low: float, high: float,
-               **kw) -> Claim:
+               tolerance: str | None = None, **kw) -> Claim:
         """low ≤ value ≤ high."""
         ok = _finite(value, low, high) and low <= value <= high
 
@@ -254,7 +260,7 @@ class Claims:
             return _finite(value, lo, hi) and not lo <= value <= hi
 
         return self._record(id, statement, theory=[low, high], simulation=value, holds=ok,
-                           tolerance=f"within [{format_value(float(low))}, {format_value(float(high))}]",
+                           tolerance=tolerance or f"within [{format_value(float(low))}, {format_value(float(high))}]",
                            rejects=rejects, **kw)
 
     # -- reporting -----------------------------------------------------------------------

@@ -112,3 +112,14 @@ def test_save_writes_json_safe_results(tmp_path):
     assert list(c.table().to_frame().index) == ["a"]
     html = c.table()._repr_html_()
     assert "claim-badge" in html and "holds" in html
+
+
+def test_a_helper_takes_the_tolerance_in_words_and_still_judges_by_its_numbers():
+    c = Claims("fixture", profile="default")
+    ok = c.at_most("z", "largest |z| is small", value=2.0, bound=3.0,
+                   tolerance="largest |z| ≤ 3 (level 1e-3 per run)", kind="check")
+    bad = c.within("w", "in the band", value=5.0, low=0.0, high=1.0, tolerance="inside [0, 1]",
+                   kind="check")
+    assert ok.tolerance == "largest |z| ≤ 3 (level 1e-3 per run)" and ok.holds
+    assert bad.tolerance == "inside [0, 1]" and bad.holds is False
+    assert c.close("c", "close", theory=1.0, simulation=1.0, rtol=0.1, kind="check").tolerance.startswith("|")
