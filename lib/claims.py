@@ -228,7 +228,8 @@ class Claims:
             return bool(np.all(np.isfinite(s)) and np.all(np.abs(s - p) <= atol + rtol * np.abs(p)))
 
         err = np.abs(s - t)
-        worst_rel = float(np.max(err / np.maximum(np.abs(t), np.finfo(float).tiny))) if t.size else 0.0
+        nonzero = np.abs(t) > 0  # a relative error means nothing where the theory is 0
+        worst_rel = float(np.max(err[nonzero] / np.abs(t[nonzero]))) if nonzero.any() else None
         return self._record(id, statement, theory=_array_summary(t),
                            simulation={"max_abs_err": float(err.max(initial=0.0)), "max_rel_err": worst_rel},
                            holds=near(t), tolerance=tolerance or "every " + _closeness(atol, rtol),

@@ -123,3 +123,12 @@ def test_a_helper_takes_the_tolerance_in_words_and_still_judges_by_its_numbers()
     assert ok.tolerance == "largest |z| ≤ 3 (level 1e-3 per run)" and ok.holds
     assert bad.tolerance == "inside [0, 1]" and bad.holds is False
     assert c.close("c", "close", theory=1.0, simulation=1.0, rtol=0.1, kind="check").tolerance.startswith("|")
+
+
+def test_all_close_relative_error_skips_points_where_the_theory_is_zero():
+    c = Claims("fixture", profile="default")
+    claim = c.all_close("a", "curve", theory=[0.0, 0.5, 1.0], simulation=[0.01, 0.55, 1.0], atol=0.06,
+                        kind="check")
+    assert claim.holds and claim.simulation["max_rel_err"] == pytest.approx(0.1)
+    zero = c.all_close("z", "zeros", theory=[0.0, 0.0], simulation=[0.0, 0.01], atol=0.1, kind="check")
+    assert zero.simulation["max_rel_err"] is None and zero.simulation["max_abs_err"] == pytest.approx(0.01)
