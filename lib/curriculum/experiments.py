@@ -9,7 +9,6 @@ order, or where.
 
 from __future__ import annotations
 
-import hashlib
 from functools import partial
 
 import numpy as np
@@ -19,28 +18,11 @@ from lib.curriculum.one_step import (curriculum_fast, n_star, onestep_fast, ones
 from lib.curriculum.test_time import best_of_n, ltar, test_time_theory
 from lib.curriculum.training import train
 from lib.curriculum.tree import ReasoningTree, mod_chain, parity
-from lib.sweep import sweep
+from lib.sweep import stream, sweep
 
 #: The oracles of the chapter's sweeps: name → reward-hacking rate q.
 ORACLE_Q = {"blocked parity, q = 1/2": 0.5, "mod-5 chain, q = 1/5": 0.2,
             "mod-101 chain, q = 1/101": 1 / 101, "chain verifier, q = 0": 0.0}
-
-
-def _key_part(part) -> int:
-    """A stream-key entry: a non-negative int as it is, anything else (a name, a float, a
-    tuple) as a stable 64-bit hash of its text."""
-    if isinstance(part, (int, np.integer)) and not isinstance(part, bool) and part >= 0:
-        return int(part)
-    if isinstance(part, (float, np.floating)):
-        part = float(part)
-    return int.from_bytes(hashlib.blake2b(repr(part).encode(), digest_size=8).digest(), "little")
-
-
-def stream(root: int, *key) -> np.random.Generator:
-    """An independent generator for the sub-stream ``key`` of seed ``root``. The key goes into
-    SeedSequence's spawn key, kept apart from the entropy (plain entropy lists collide when they
-    differ by trailing zeros, and ``root + 1`` would collide with the next chapter seed)."""
-    return np.random.default_rng(np.random.SeedSequence(root, spawn_key=tuple(map(_key_part, key))))
 
 
 def _tree_key(tree: ReasoningTree) -> tuple:

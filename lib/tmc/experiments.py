@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from lib.sweep import stream
 from lib.tmc.methods import post_train
 from lib.tmc.policy import softmax
 from lib.tmc.tree import (HARD, INVALID, TMC, Matrices, Setting, coverage, pass_at_k, path_entropy,
@@ -15,14 +16,6 @@ from lib.tmc.tree import (HARD, INVALID, TMC, Matrices, Setting, coverage, pass_
 
 
 TRAIN_STREAM, TREE_STREAM = 1, 2  # sub-streams of the chapter seed for the two experiment kinds
-
-
-def stream(root: int, *key: int) -> np.random.Generator:
-    """An independent generator for sub-stream ``key`` of seed ``root``. The key is SeedSequence's
-    spawn key, which is kept apart from the entropy: plain entropy lists collide when they differ
-    by trailing zeros (``default_rng([s, 4])`` and ``default_rng([s, 4, 0])`` are the same
-    generator), and ``default_rng([s, j])`` is also what ``Chapter.rng(j)`` returns."""
-    return np.random.default_rng(np.random.SeedSequence(root, spawn_key=key))
 
 
 def trajectory(setting: Setting, history: list[Matrices], other: Setting | None = None,
