@@ -38,6 +38,7 @@ from scipy import optimize
 from scipy.special import expit, log_expit, logsumexp
 from scipy.stats import norm
 from lib.stats import loglog_slope  # noqa: F401  (re-exported for the chapter)
+from lib.sweep import one_thread
 
 # ----------------------------------------------------------------------------------------------
 # Preference structures over a finite output set
@@ -505,9 +506,7 @@ def train_neural(kind: str, ref: GRUPolicy, C: np.ndarray, steps: int = 300, lr:
     the final π_θ over all sequences. (The losses depend on the data only through C, so the cost
     does not grow with the number of pairs.)"""
     torch = _torch()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_thread():
         torch.manual_seed(seed)
         pol = GRUPolicy(ref.vocab, ref._targets.numpy(), hidden=ref.gru.hidden_size,
                         temperature=ref.temperature).load_from(ref)
@@ -522,8 +521,6 @@ def train_neural(kind: str, ref: GRUPolicy, C: np.ndarray, steps: int = 300, lr:
             opt.step()
         with torch.no_grad():
             return torch.exp(pol.log_probs()).double().numpy()
-    finally:
-        torch.set_num_threads(threads)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -547,15 +544,11 @@ def sequence_setup(vocab: int, length: int, hidden: int, seed: int) -> SequenceS
     """Build the sequence study from its parameters alone, on one PyTorch thread, so that the
     chapter and every sweep worker (local process or cluster) compute the same bits."""
     torch = _torch()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_thread():
         seqs = all_sequences(vocab, length)
         ref = GRUPolicy(vocab, seqs, hidden=hidden, seed=seed)
         with torch.no_grad():
             pi = np.exp(ref.log_probs().double().numpy())
-    finally:
-        torch.set_num_threads(threads)
     pi /= pi.sum()
     pref = sequence_preference(seqs, vocab, seed=seed)
     return SequenceSetup(seqs, ref, pi, pref, paired_target(pi, pref))

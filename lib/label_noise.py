@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from lib.sweep import one_thread
+
 #: Index 0 of the first weight axis is the j = +1 filter bank, index 1 is j = −1.
 J = np.array([1.0, -1.0])
 LOG2 = math.log(2.0)
@@ -470,14 +472,8 @@ def train_digits(task: DigitsTask, epochs: int, lr: float, batch: int, seed: int
     accuracy on the clean and on the flipped training samples (against their observed labels),
     and on the test set (true labels). Runs on one thread: a network this small gains nothing
     from more, and on a busy machine loses a lot."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_thread():
         return _train_digits(task, epochs, lr, batch, seed, width)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _train_digits(task: DigitsTask, epochs: int, lr: float, batch: int, seed: int,

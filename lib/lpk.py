@@ -34,6 +34,8 @@ import numpy as np
 import torch
 from scipy import stats
 
+from lib.sweep import one_thread
+
 DTYPE = torch.float64
 
 # ----------------------------------------------------------------------------------------------
@@ -267,14 +269,10 @@ def gradient_flow(split: Split, width: int, T: float, step: float, *, method: st
     """See :func:`_gradient_flow`. Runs on one torch thread: the operations are tiny (hundreds of
     rows), and several threads only add synchronisation cost (20× slower on a busy 2-core
     machine in our measurements). The caller's thread count is restored afterwards."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_thread():
         return _gradient_flow(split, width, T, step, method=method, beta=beta, seed=seed,
                               kernels=kernels, n_records=n_records, brute_trace=brute_trace,
                               second_order=second_order)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _gradient_flow(split: Split, width: int, T: float, step: float, *, method: str,

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from lib.llama import Decoder
 from lib.pcfg import Grammar, Language, is_grammatical
+from lib.sweep import one_thread
 
 IGNORE = -100
 
@@ -245,20 +246,15 @@ def train_point(dm: int, seed: int, *, grammar: Grammar, eval_set, log_set, log_
 
     from lib.pcfg import Language
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with threadpool_limits(1):
-            strings, js = eval_set
-            model, hist = train(Language(grammar), dm=dm, seed=seed, log_every=log_every, log_set=log_set,
-                                log_dms=sorted({0, dm}), device=device, **train_kw)
-            masked, hidden = evaluate(model, grammar, strings, js, dm=0, device=device)
-            given = evaluate(model, grammar, strings, js, dm=dm, device=device)[0] if dm else masked
-            probes = [[probe(hidden, js[:, d], t, tr, te, seed=seed) for t, (tr, te) in probe_splits.items()]
-                      for d in range(grammar.depth)]
-            out = continuations(model, grammar, prompts, rng_seed=10 * seed + dm, device=device)
-            ok_true, ok_any = grammatical(grammar, out, prompt_js)
-    finally:
-        torch.set_num_threads(threads)
+    with one_thread(), threadpool_limits(1):
+        strings, js = eval_set
+        model, hist = train(Language(grammar), dm=dm, seed=seed, log_every=log_every, log_set=log_set,
+                            log_dms=sorted({0, dm}), device=device, **train_kw)
+        masked, hidden = evaluate(model, grammar, strings, js, dm=0, device=device)
+        given = evaluate(model, grammar, strings, js, dm=dm, device=device)[0] if dm else masked
+        probes = [[probe(hidden, js[:, d], t, tr, te, seed=seed) for t, (tr, te) in probe_splits.items()]
+                  for d in range(grammar.depth)]
+        out = continuations(model, grammar, prompts, rng_seed=10 * seed + dm, device=device)
+        ok_true, ok_any = grammatical(grammar, out, prompt_js)
     return {"hist": hist, "masked": masked, "given": given, "probes": probes,
             "grammatical_true": ok_true, "grammatical_any": ok_any}

@@ -20,6 +20,7 @@ the process; a function whose closure cannot be hashed is simply not cached.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import os
@@ -35,6 +36,21 @@ POINTS_ENV = "COMPANION_POINTS_DIR"
 RUN_KEY_ENV = "COMPANION_RUN_KEY"
 _SOURCE_DIRS = ("lib", "kernels")
 _ROOT = Path(__file__).resolve().parents[1]
+
+
+@contextlib.contextmanager
+def one_thread():
+    """Run the body on one PyTorch thread, restoring the caller's count afterwards. Small models
+    run fastest so, and a sweep point that trains under it computes the same bits in the chapter
+    (which has several threads) as in a worker process (which has one)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _key_part(part) -> int:

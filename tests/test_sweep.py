@@ -1,5 +1,6 @@
 """Sweeps: grid × seeds, identical locally, with joblib, and on a real Dask LocalCluster."""
 
+import pytest
 import numpy as np
 
 from lib.sweep import grid_points, sweep
@@ -32,3 +33,19 @@ def test_dask_local_cluster_gives_identical_results():
                       dashboard_address=None) as cluster:
         remote = sweep(noisy_square, GRID, seeds=range(3), scheduler=cluster.scheduler_address)
     assert remote == local
+
+
+def test_one_thread_pins_torch_and_restores_the_callers_count():
+    import torch
+
+    from lib.sweep import one_thread
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with pytest.raises(RuntimeError), one_thread():
+            assert torch.get_num_threads() == 1
+            raise RuntimeError("the count comes back even when the body fails")
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

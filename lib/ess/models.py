@@ -44,6 +44,7 @@ from torch import nn
 
 from lib.ess import spectrum
 from lib.ess.tasks import IGNORE, Vocab, delimited_mqar, mqar
+from lib.sweep import one_thread
 
 __all__ = ["MODEL_MIXERS", "ModelConfig", "MixerLM", "TrainConfig", "train", "accuracy",
            "task_ess", "transition_penalty"]
@@ -201,12 +202,8 @@ def train(cfg: ModelConfig, tc: TrainConfig, seed: int) -> tuple[MixerLM, list[f
     """Train a fresh model with Adam on freshly drawn batches; returns the model and the loss
     curve. Deterministic given ``seed`` (model init from a forked torch RNG, data from
     ``np.random.default_rng([seed, 1])``). Runs single-threaded."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)     # tiny models: one thread is fastest; parallelise across runs
-    try:
+    with one_thread():     # tiny models: one thread is fastest; parallelise across runs
         return _train(cfg, tc, seed)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _train(cfg: ModelConfig, tc: TrainConfig, seed: int) -> tuple[MixerLM, list[float]]:
