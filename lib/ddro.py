@@ -170,11 +170,16 @@ def ddro_loss(g: np.ndarray, n_pos: np.ndarray, n_neg: np.ndarray, alpha: float)
 def _g_of_multiplier(lam: float, pi, n_pos, n_neg, alpha):
     """Stationary point of N₊ log g + N₋ log(1 − αg) − λ π g over g ∈ [0, 1/α), per output:
     N₊/g − αN₋/(1 − αg) = λπ, i.e. the root in [0, 1/α) of
-    λπα g² − (λπ + α(N₊ + N₋)) g + N₊ = 0, written in the cancellation-free form."""
+    λπα g² − (λπ + α(N₊ + N₋)) g + N₊ = 0, written in the cancellation-free form. An output with
+    N₊ = 0 and b = λπ + αN₋ < 0 (possible only for λ < 0) has the root b/(λπα) > 0, where the
+    cancellation-free form reads 0/0; otherwise its maximiser is g = 0."""
     a = lam * pi
     b = a + alpha * (n_pos + n_neg)
     disc = np.maximum(b * b - 4.0 * a * alpha * n_pos, 0.0)
-    return 2.0 * n_pos / (b + np.sqrt(disc))
+    den = b + np.sqrt(disc)
+    unseen_pos = (n_pos == 0) & (b < 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(unseen_pos, b / (a * alpha), 2.0 * n_pos / np.where(den > 0, den, 1.0))
 
 
 def fit_ddro_categorical(pi: np.ndarray, n_pos: np.ndarray, n_neg: np.ndarray, alpha: float,

@@ -2,6 +2,8 @@
 solver, DPO's known Bradley–Terry limit, the delta-method constant against Monte Carlo, the
 sequence policy."""
 
+import warnings
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -71,6 +73,22 @@ def test_ddro_empirical_minimiser_matches_generic_solver(setup):
                             bounds=[(1e-9, 2 - 1e-9)] * len(pi), options={"ftol": 1e-14})
     assert D.ddro_loss(g_ours, npos, nneg, 0.5) <= res.fun + 1e-9
     np.testing.assert_allclose(g_ours, res.x, atol=1e-4)
+
+
+def test_ddro_minimiser_with_a_negative_multiplier():
+    """Few preferred counts put Σπg below 1 at λ = 0, so the multiplier is negative and outputs
+    never preferred (N₊ = 0) still get g > 0: the case where the closed form reads 0/0."""
+    pi = np.array([0.05, 0.45, 0.5])
+    npos, nneg = np.array([1.0, 0.0, 0.0]), np.array([10.0, 1.0, 1.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        g_ours = D.fit_ddro_categorical(pi, npos, nneg, 0.5, clip=0.0) / pi
+    cons = {"type": "eq", "fun": lambda g: pi @ g - 1.0}
+    res = optimize.minimize(lambda g: D.ddro_loss(g, npos, nneg, 0.5), np.ones_like(pi),
+                            constraints=[cons], method="SLSQP", bounds=[(1e-9, 2 - 1e-9)] * 3,
+                            options={"ftol": 1e-14})
+    assert pi @ g_ours == pytest.approx(1.0)
+    np.testing.assert_allclose(g_ours, res.x, atol=1e-6)
 
 
 def test_ddro_clip_bounds_the_ratio():
