@@ -229,6 +229,48 @@ def test_rate_fade_refuses_what_it_cannot_fit():
     assert stalls.fitted and stalls.fade > 5  # (infinite when the second half is flat)
 
 
+def test_censored_window_ends_at_the_resolution_level():
+    """The window ends at the last sample before the gap first reaches the level (a noisy
+    floor below it never enters the fit); NaN when the window starts at or below it."""
+    t = np.arange(0.0, 100.0, 0.5)
+    noise = 1e-16 * np.random.default_rng(0).standard_normal(len(t))
+    gap = np.exp(-0.6 * t) + noise
+    end = analysis.censored_end(t, gap, 4, 90, 1e-12)
+    assert end == pytest.approx(np.log(1e12) / 0.6, abs=0.5) and gap[t == end] > 1e-12
+    assert analysis.censored_end(t, gap, 4, 20, 1e-12) == 20  # not reached: the fixed end
+    assert np.isnan(analysis.censored_end(t, gap, 60, 90, 1e-12))
+    fade = analysis.rate_fade(t, gap, 4, 90, level=1e-12)
+    assert fade.t_end == end and abs(fade.fade) < 0.05
+    assert fade.decades == pytest.approx(0.6 * (end - 4) / np.log(10), rel=0.02)
+
+
+@pytest.mark.parametrize("p", [0.5, 2.0, 8.0])
+def test_censored_rate_fade_fails_every_power_law(p):
+    """Censored at a resolution level above a noise floor, a power law c·t^(−p) still has fade
+    ≈ 1 (its prediction is computed on the sample times the window kept), so it fails a bound
+    of 0.5 whether or not it reaches the level inside the window."""
+    t = np.arange(0.0, 150.0, 0.8)
+    tt = np.maximum(t, 1e-12)
+    noise = 1e-15 * np.random.default_rng(1).standard_normal(len(t))
+    pw = analysis.rate_fade(t, 1e-2 * (tt / 4) ** -p * (1 + 0.02 * np.cos(5 * t)) + noise,
+                            4, 135, level=1e-13)
+    assert pw.fitted and pw.fade == pytest.approx(1.0, abs=0.1) and pw.fade > 0.5
+    assert pw.power_ratio < 0.5  # the window is long enough to tell the two apart
+
+
+def test_censored_rate_fade_passes_a_slow_stretch_followed_by_exponential_decay():
+    """A rate that dips to a tenth of its value for a long stretch and then recovers (allowed
+    by a bound d/dt gap ≤ −α gap with small α) passes once the window runs on to the
+    resolution level, while the same curve stopped inside the slow stretch fails."""
+    t = np.arange(0.0, 150.0, 0.8)
+    rate = np.where(t < 25, 0.2, np.where(t < 65, 0.01, 0.5))
+    log_gap = np.log(1e-3) - np.concatenate([[0.0], np.cumsum(rate[:-1] * np.diff(t))])
+    gap = np.exp(log_gap) + 1e-16 * np.random.default_rng(2).standard_normal(len(t))
+    whole = analysis.rate_fade(t, gap, 4, 135, level=1e-13)
+    assert whole.fitted and whole.t_end < 135 and whole.fade < 0
+    assert analysis.rate_fade(t, gap, 4, 45, level=1e-13).fade > 0.5
+
+
 def test_local_rates_are_constant_for_an_exponential_and_p_over_t_for_a_power_law():
     """Block slopes of −log gap: flat for an exponential, ≈ p/t for a power law; they stop at
     the first block that reaches the floor."""

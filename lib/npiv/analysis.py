@@ -106,6 +106,7 @@ class RateFade:
     fitted: bool           # False: a gap ≤ 0 in the window, too few points, or no decay
     log_gap_start: float = float("nan")  # first half's line at the window's first sample
     log_gap_end: float = float("nan")    # second half's line at the window's last sample
+    t_end: float = float("nan")          # the window's last sample time (after censoring)
 
     @property
     def decades(self) -> float:
@@ -129,26 +130,47 @@ class RateFade:
         return float(np.log(self.ratio) / np.log(self.power_ratio))
 
 
-def rate_fade(t: np.ndarray, gap: np.ndarray, t_lo: float, t_hi: float,
-              min_points: int = 10) -> RateFade:
-    """The :class:`RateFade` of one run's gap on the window ``t_lo ≤ t ≤ t_hi`` (fixed in
-    advance). A window with a non-positive gap, fewer than ``min_points`` points or no decay
-    on its first half cannot be fitted (``fitted`` False: a claim over runs must fail)."""
+def censored_end(t: np.ndarray, gap: np.ndarray, t_lo: float, t_hi: float,
+                 level: float) -> float:
+    """The end of the window ``[t_lo, t_hi]`` censored where the gap reaches ``level``: the
+    last sample time before the first one in the window whose gap is ≤ ``level`` (``t_hi``'s
+    last sample if none is). ``level`` is fixed in advance (the resolution below which the
+    gap is not measured), so the end is a first-passage time, not a choice made from the
+    fit. NaN when the window's first sample is already at or below ``level``."""
     t, gap = np.asarray(t, float), np.asarray(gap, float)
-    sel = (t >= t_lo) & (t <= t_hi)
+    idx = np.flatnonzero((t >= t_lo) & (t <= t_hi))
+    if len(idx) == 0:
+        return float("nan")
+    below = np.flatnonzero(~(gap[idx] > level))  # NaN counts as reached
+    if len(below) == 0:
+        return float(t[idx[-1]])
+    return float(t[idx[below[0] - 1]]) if below[0] > 0 else float("nan")
+
+
+def rate_fade(t: np.ndarray, gap: np.ndarray, t_lo: float, t_hi: float,
+              min_points: int = 10, level: float | None = None) -> RateFade:
+    """The :class:`RateFade` of one run's gap on the window ``t_lo ≤ t ≤ t_hi`` (fixed in
+    advance), ended early where the gap first reaches ``level`` if one is given
+    (:func:`censored_end`; ``t_end`` records where the window ended). A window with a
+    non-positive gap, fewer than ``min_points`` points or no decay on its first half cannot
+    be fitted (``fitted`` False: a claim over runs must fail)."""
+    t, gap = np.asarray(t, float), np.asarray(gap, float)
+    if level is not None:
+        t_hi = censored_end(t, gap, t_lo, t_hi, level)
+    sel = (t >= t_lo) & (t <= t_hi)  # empty when t_hi is NaN
     n = int(sel.sum())
     nan = float("nan")
     if n < min_points or t_lo <= 0:
-        return RateFade(nan, nan, nan, n, False)
+        return RateFade(nan, nan, nan, n, False, t_end=float(t_hi))
     ts, gs = t[sel], gap[sel]
     m = n // 2
     power_ratio = _log_slope_of_log_t(ts[m:]) / _log_slope_of_log_t(ts[:m])
     if not np.all(gs > 0):
-        return RateFade(nan, nan, power_ratio, n, False)
+        return RateFade(nan, nan, power_ratio, n, False, t_end=float(ts[-1]))
     y = np.log(gs)
     (s1, i1), (s2, i2) = np.polyfit(ts[:m], y[:m], 1), np.polyfit(ts[m:], y[m:], 1)
     return RateFade(-float(s1), -float(s2), power_ratio, n, bool(s1 < 0),
-                    float(s1 * ts[0] + i1), float(s2 * ts[-1] + i2))
+                    float(s1 * ts[0] + i1), float(s2 * ts[-1] + i2), float(ts[-1]))
 
 
 def local_rates(t: np.ndarray, gap: np.ndarray, block: float,

@@ -28,14 +28,16 @@ def demand_batch(samples: list[demand.DemandSample]) -> mf.IVData:
 
 
 def convergence(lams, sigmas, seeds, n: int, cfg: mf.F2BMLDConfig, seed: int,
-                windows, ref_from: float, rho: float = 0.5):
+                windows, ref_from: float, level: float | None = None, rho: float = 0.5):
     """F²BMLD on the demand design for every (λ, σ, seed), all on one step h = ``cfg.flow_step``
     (so iteration k is flow time t = k·h for every λ). The gap of each run is measured to its
     reference value, the mean of its Lagrangian over flow times ``t ≥ ref_from`` (a stretch
     after the fit windows, where the run has settled); on the flow-time window fixed for its λ
-    (``windows[i]`` for ``lams[i]``) the log-gap is fitted by an exponential and by a power law
-    (:func:`analysis.compare_decay`), and the decay rates on its two halves are compared
-    (:func:`analysis.rate_fade`). Runs with the same seed share their data set."""
+    (``windows[i]`` for ``lams[i]``), ended early where the gap first falls to ``level`` (a
+    resolution fixed in advance; :func:`analysis.censored_end`), the decay rates on its two
+    halves are compared (:func:`analysis.rate_fade`) and the log-gap is fitted by an
+    exponential and by a power law (:func:`analysis.compare_decay`). Runs with the same seed
+    share their data set."""
     grid = [(lam, sig, s) for lam in lams for sig in sigmas for s in seeds]
     samples = [demand.sample(n, np.random.default_rng([seed, 1, s])) for _, _, s in grid]
     data = demand_batch(samples)
@@ -47,8 +49,10 @@ def convergence(lams, sigmas, seeds, n: int, cfg: mf.F2BMLDConfig, seed: int,
     ref = run.L[tail].mean(0)
     gap = run.L - ref
     win = {lam: tuple(w) for lam, w in zip(lams, windows)}
-    fits = [analysis.compare_decay(t, gap[:, i], *win[g[0]]) for i, g in enumerate(grid)]
-    fades = [analysis.rate_fade(t, gap[:, i], *win[g[0]]) for i, g in enumerate(grid)]
+    fades = [analysis.rate_fade(t, gap[:, i], *win[g[0]], level=level)
+             for i, g in enumerate(grid)]
+    fits = [analysis.compare_decay(t, gap[:, i], win[g[0]][0], f.t_end)
+            for i, (g, f) in enumerate(zip(grid, fades))]
     shape = (len(lams), len(sigmas), len(seeds))
 
     def per_run(attr, of=fits):
@@ -67,6 +71,7 @@ def convergence(lams, sigmas, seeds, n: int, cfg: mf.F2BMLDConfig, seed: int,
         "rate_first": per_run("rate_first", fades), "rate_second": per_run("rate_second", fades),
         "rate_ratio": per_run("ratio", fades), "power_ratio": per_run("power_ratio", fades),
         "fade": per_run("fade", fades), "gap_decades": per_run("decades", fades),
+        "t_end": per_run("t_end", fades),
     }
 
 
