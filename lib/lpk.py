@@ -243,19 +243,93 @@ def _rates(p: Params, split: Split, beta: float, kernels: bool, brute_trace: boo
     return rate, tr, one, K, Kt, tr_ref
 
 
-def directional_second_derivative(p: Params, direction: Params, X: torch.Tensor, y: torch.Tensor,
-                                  beta: float = 10.0) -> torch.Tensor:
-    """d²/ds² ℓ(w + s·v, z) at s = 0 for every row of X (forward-over-forward mode with
-    torch.func.jvp): the curvature of each loss along one shared direction v."""
+def directional_derivatives_torch_func(p: Params, direction: Params, X: torch.Tensor,
+                                      y: torch.Tensor, order: int = 2,
+                                      beta: float = 10.0) -> torch.Tensor:
+    """d^j/ds^j ℓ(w + s·v, z) at s = 0 for j = 1..order and every row of X, by nesting
+    ``torch.func.jvp`` ``order`` times (forward over forward): an (order, N) tensor. The reference
+    for :func:`directional_derivatives`; its cost grows like 2^order."""
     from torch.func import jvp
 
-    def along(s):
-        return losses({k: p[k] + s * direction[k] for k in p}, X, y, beta)
+    one = torch.ones((), dtype=DTYPE)
 
-    def slope(s):
-        return jvp(along, (s,), (torch.ones((), dtype=DTYPE),))[1]
+    def level0(s):
+        return (losses({k: p[k] + s * direction[k] for k in p}, X, y, beta),)
 
-    return jvp(slope, (torch.zeros((), dtype=DTYPE),), (torch.ones((), dtype=DTYPE),))[1]
+    f = level0
+    for _ in range(order):
+        # level j returns (ℓ, ℓ', …, ℓ^(j)) as functions of s; its jvp adds ℓ^(j+1)
+        def nxt(s, f=f):
+            out, tan = jvp(f, (s,), (one,))
+            return out + (tan[-1],)
+        f = nxt
+    return torch.stack(f(torch.zeros((), dtype=DTYPE))[1:])
+
+
+def directional_second_derivative(p: Params, direction: Params, X: torch.Tensor, y: torch.Tensor,
+                                  beta: float = 10.0) -> torch.Tensor:
+    """d²/ds² ℓ(w + s·v, z) at s = 0 for every row of X (torch.func, forward over forward)."""
+    return directional_derivatives_torch_func(p, direction, X, y, 2, beta)[1]
+
+
+def _sigmoid_derivatives(S: torch.Tensor, order: int) -> list[torch.Tensor]:
+    """[S, S', …, S^(order)] of the logistic sigmoid S = 1/(1 + e^{-t}), written in S
+    (S' = S(1−S), S'' = S'(1−2S), S''' = S'(1 − 6S + 6S²) = S' − 6S'²)."""
+    if order > 3:
+        raise ValueError("sigmoid derivatives are written out up to order 3")
+    d1 = S * (1 - S)
+    if order == 0:
+        return [S]
+    return [S, d1, d1 - 2 * S * d1, d1 - 6 * d1 ** 2][: order + 1]
+
+
+def directional_derivatives(p: Params, direction: Params, X: torch.Tensor, y: torch.Tensor,
+                            order: int = 4, beta: float = 10.0,
+                            at: torch.Tensor | None = None) -> torch.Tensor:
+    """d^j/ds^j ℓ(w + s·v, z) for j = 1..order (order ≤ 4) and every row of X, in closed form:
+    an (order, N) tensor at s = 0, or a (len(at), order, N) tensor at the offsets s in ``at``.
+
+    Along the line, the hidden pre-activations u_j + s·δ_j (δ = X V_Wᵀ) and the output weights
+    a_j + s·v_{a,j} are linear in s, so by Leibniz
+    f^(k) = m^{-1/2} Σ_j [a_j δ_j^k σ^(k)(u_j) + k v_{a,j} δ_j^{k−1} σ^(k−1)(u_j)], with
+    σ^(k)(u) = β^{k−1} S^(k−1)(βu) for the sigmoid S. The loss L(f) = softplus(−y f) has
+    L^(k) = (−y)^k S^(k−1)(−y f), and Faà di Bruno composes the two:
+    ℓ' = L₁f₁, ℓ'' = L₂f₁² + L₁f₂, ℓ''' = L₃f₁³ + 3L₂f₁f₂ + L₁f₃,
+    ℓ'''' = L₄f₁⁴ + 6L₃f₁²f₂ + L₂(3f₂² + 4f₁f₃) + L₁f₄.
+    :func:`directional_derivatives_torch_func` is the reference."""
+    if not 1 <= order <= 4:
+        raise ValueError(f"order must lie in 1..4, got {order}")
+    u0, du = X @ p["W"].T, X @ direction["W"].T                     # (N, m) each
+    if at is None:
+        return _line_derivatives(u0, du, p["a"], direction["a"], y, order, beta)
+    # one offset at a time: (N, m) work arrays stay in cache, a batch over offsets does not
+    return torch.stack([_line_derivatives(u0 + float(s) * du, du, p["a"] + float(s) * direction["a"],
+                                          direction["a"], y, order, beta) for s in at])
+
+
+def _line_derivatives(u, du, a, va, y, order, beta):
+    """The body of :func:`directional_derivatives` at one point: pre-activations u (N, m),
+    their direction δ (N, m), output weights a and their direction v_a (m,)."""
+    m = a.shape[0]
+    # P_i = S^(i)(βu) δ^{i+1}: f^(k) = β^{k−1} P_{k−1}·a + k β^{k−2} P_{k−2}·v_a (k ≥ 2)
+    P = [q * du ** (i + 1) for i, q in enumerate(_sigmoid_derivatives(torch.sigmoid(beta * u),
+                                                                       order - 1))]
+    h = torch.nn.functional.softplus(u, beta=beta)
+    f = [h @ a, P[0] @ a + h @ va]
+    f += [beta ** (k - 1) * (P[k - 1] @ a) + k * beta ** (k - 2) * (P[k - 2] @ va)
+          for k in range(2, order + 1)]
+    f = [fk / math.sqrt(m) for fk in f]
+    Sl = _sigmoid_derivatives(torch.sigmoid(-y * f[0]), order - 1)
+    L = [None] + [(-y) ** k * Sl[k - 1] for k in range(1, order + 1)]
+    out = [L[1] * f[1]]
+    if order >= 2:
+        out.append(L[2] * f[1] ** 2 + L[1] * f[2])
+    if order >= 3:
+        out.append(L[3] * f[1] ** 3 + 3 * L[2] * f[1] * f[2] + L[1] * f[3])
+    if order >= 4:
+        out.append(L[4] * f[1] ** 4 + 6 * L[3] * f[1] ** 2 * f[2]
+                   + L[2] * (3 * f[2] ** 2 + 4 * f[1] * f[3]) + L[1] * f[4])
+    return torch.stack(out)
 
 
 def _axpy(p: Params, h: float, r: Params) -> Params:
@@ -265,19 +339,19 @@ def _axpy(p: Params, h: float, r: Params) -> Params:
 def gradient_flow(split: Split, width: int, T: float, step: float, *, method: str = "rk4",
                   beta: float = 10.0, seed: int = 0, kernels: bool = False,
                   n_records: int = 50, brute_trace: bool = False,
-                  second_order: bool = False) -> Trajectory:
+                  taylor_order: int = 0, remainder_nodes: int = 9) -> Trajectory:
     """See :func:`_gradient_flow`. Runs on one torch thread: the operations are tiny (hundreds of
     rows), and several threads only add synchronisation cost (20× slower on a busy 2-core
     machine in our measurements). The caller's thread count is restored afterwards."""
     with one_thread():
         return _gradient_flow(split, width, T, step, method=method, beta=beta, seed=seed,
                               kernels=kernels, n_records=n_records, brute_trace=brute_trace,
-                              second_order=second_order)
+                              taylor_order=taylor_order, remainder_nodes=remainder_nodes)
 
 
 def _gradient_flow(split: Split, width: int, T: float, step: float, *, method: str,
                    beta: float, seed: int, kernels: bool, n_records: int, brute_trace: bool = False,
-                   second_order: bool = False) -> Trajectory:
+                   taylor_order: int = 0, remainder_nodes: int = 9) -> Trajectory:
     """Integrate gradient flow on L_S from N(0,1) initialisation up to time T.
 
     ``method="euler"`` is full-batch gradient descent with learning rate ``step`` and the kernels
@@ -287,12 +361,29 @@ def _gradient_flow(split: Split, width: int, T: float, step: float, *, method: s
 
     ``brute_trace=True`` also accumulates Tr K from torch.func per-sample gradients
     (``extras["trace_K_torch_func"]``), with the same quadrature weights.
-    ``second_order=True`` (gradient descent only) accumulates, for every test point, the
-    second-order Taylor term of each step, (η²/2)·Σ_k d²/ds² ℓ(w_k + s·∇L_S(w_k), z) at s = 0
-    (``extras["second_order"]``): the predicted first-order-in-η gap between the network's loss
-    and the kernel machine built from the rectangle-rule kernel."""
-    if second_order and method != "euler":
-        raise ValueError("second_order applies to gradient descent (method='euler')")
+    ``taylor_order=q`` (gradient descent only, q = 2 or 3) expands, for every test point z, each
+    step's loss change in its Taylor series: with φ_k(s) = ℓ(w_k − s∇L_S(w_k), z),
+
+        ℓ(w_{k+1}, z) − ℓ(w_k, z) = φ_k(η) − φ_k(0) = Σ_{j ≤ t} (η^j/j!) φ_k^(j)(0) + R_{k,t},
+        R_{k,t} = (η^{t+1}/(t+1)!) φ_k^(t+1)(ξ) for some ξ in [0, η]   (Lagrange),
+
+    and the j = 1 term is the kernel machine's increment −η⟨∇ℓ(w_k, z), ∇L_S(w_k)⟩. Recorded:
+    ``extras["taylor_first"]`` = Σ_k η φ_k'(0) (must equal machine − ℓ(w_0, z));
+    ``extras["taylor"][j − 2]`` = Σ_k (η^j/j!) φ_k^(j)(0) for j = 2..q (the expansion of the gap
+    network − rectangle-rule kernel machine); and, for each truncation t = 1..q, the interval
+    [``remainder_lo[t − 1]``, ``remainder_hi[t − 1]``] = Σ_k (η^{t+1}/(t+1)!) [min, max] of
+    φ_k^(t+1) over ``remainder_nodes`` equally spaced points of [0, η], which by Lagrange's form
+    contains gap − Σ_{2 ≤ j ≤ t} taylor_j (a finite grid can only narrow the range, so the
+    recorded interval is, if anything, too tight). ``remainder_lo_coarse``/``_hi_coarse`` use
+    every other node, to show how far the grid has converged. ``remainder_nodes=0`` records the
+    Taylor terms only (one derivative evaluation per step instead of ``remainder_nodes``)."""
+    if taylor_order and method != "euler":
+        raise ValueError("taylor_order applies to gradient descent (method='euler')")
+    if taylor_order not in (0, 2, 3):
+        raise ValueError(f"taylor_order must be 0, 2 or 3, got {taylor_order}")
+    if taylor_order and 0 < remainder_nodes < 3:
+        raise ValueError(f"remainder_nodes must be 0 (no interval) or at least 3, got "
+                         f"{remainder_nodes}")
     if method not in ("euler", "rk4"):
         raise ValueError(f"method must be 'euler' or 'rk4', got {method!r}")
     if not (T > 0 and step > 0):
@@ -305,7 +396,11 @@ def _gradient_flow(split: Split, width: int, T: float, step: float, *, method: s
     K = torch.zeros(n, n, dtype=DTYPE) if kernels else None
     Kt = torch.zeros(nt, n, dtype=DTYPE) if kernels else None
     tr = one = tr_ref = 0.0
-    second = torch.zeros(nt, dtype=DTYPE) if second_order else None
+    tq = taylor_order
+    taylor = torch.zeros(tq, nt, dtype=DTYPE)           # rows j = 1..tq
+    enclosure = torch.zeros(4, tq, nt, dtype=DTYPE)     # lo, hi, lo (coarse), hi (coarse); rows t
+    fact = torch.tensor([h ** j / math.factorial(j) for j in range(1, tq + 2)], dtype=DTYPE)
+    nodes = torch.linspace(0.0, h, remainder_nodes, dtype=DTYPE)
     # log-spaced recording times (training curves are read on a log time axis)
     record_at = set(np.unique(np.concatenate(
         [[0], np.geomspace(1, n_steps, min(n_records, n_steps))]).round().astype(int)).tolist())
@@ -324,9 +419,16 @@ def _gradient_flow(split: Split, width: int, T: float, step: float, *, method: s
             record(k)
         if method == "euler":
             r, dtr, done, dK, dKt, dref = _rates(p, split, beta, kernels, brute_trace)
-            if second_order:
-                second += 0.5 * h ** 2 * directional_second_derivative(
-                    p, r, split.X_test, split.y_test, beta)
+            if tq and not remainder_nodes:
+                taylor += fact[:tq, None] * directional_derivatives(
+                    p, r, split.X_test, split.y_test, tq, beta)
+            elif tq:
+                D = fact[None, :, None] * directional_derivatives(
+                    p, r, split.X_test, split.y_test, tq + 1, beta, at=nodes)  # (G, tq + 1, nt)
+                taylor += D[0, :tq]
+                coarse = D[::2, 1:]
+                enclosure += torch.stack([D[:, 1:].amin(0), D[:, 1:].amax(0),
+                                          coarse.amin(0), coarse.amax(0)])
             p = _axpy(p, h, r)
             tr, one, tr_ref = tr + h * dtr, one + h * done, tr_ref + h * dref
             if kernels:
@@ -350,8 +452,12 @@ def _gradient_flow(split: Split, width: int, T: float, step: float, *, method: s
     extras = {}
     if brute_trace:
         extras["trace_K_torch_func"] = tr_ref
-    if second_order:
-        extras["second_order"] = second.numpy()
+    if tq:
+        extras["taylor_first"] = taylor[0].numpy()
+        extras["taylor"] = taylor[1:].numpy()
+        for key, e in zip(("lo", "hi", "lo_coarse", "hi_coarse"), enclosure):
+            if remainder_nodes:
+                extras[f"remainder_{key}"] = e.numpy()
     return Trajectory(T=T, step=h, method=method, params0=p0, params=p, times=arr("t"),
                       train_loss=arr("train"), test_loss=arr("test"), trace_K=arr("tr"),
                       sum_K=arr("one"), K=K, K_test=Kt, extras=extras)
@@ -392,6 +498,40 @@ def identity_error(km: dict[str, np.ndarray]) -> float:
     the kernel machine has to account for)."""
     err = np.abs(km["network"] - km["machine"]).max()
     return float(err / np.abs(km["initial"] - km["network"]).max())
+
+
+def taylor_report(traj: Trajectory, km: dict[str, np.ndarray]) -> dict:
+    """Gradient descent's gap between network and kernel machine against its Taylor expansion
+    (a run of :func:`gradient_flow` with ``taylor_order`` and ``remainder_nodes``), per truncation
+    t = 1..q (t = 1: the gap itself; t = 2: less the second-order term; t = 3: less the second-
+    and third-order terms):
+
+    - ``residual[t]``: max_z |gap − Σ_{2 ≤ j ≤ t} S_j| / max_z |gap|;
+    - ``position[t]``: max_z |residual − c| / w, with c and w the centre and half-width of the
+      Lagrange interval for the order-(t+1) remainder at z (≤ 1: inside at every test point);
+      ``position_coarse[t]`` the same from every other grid node;
+    - ``position_without[t]`` (t ≥ 2): the position had the order-t term been left out."""
+    gap = km["network"] - km["machine"]
+    e = traj.extras
+    if "remainder_lo" not in e:
+        raise ValueError("run gradient_flow(..., taylor_order=q, remainder_nodes=G) first")
+    S = {j: e["taylor"][j - 2] for j in range(2, e["taylor"].shape[0] + 2)}
+    out = {key: {} for key in ("residual", "position", "position_coarse", "position_without")}
+
+    def position(r, lo, hi):
+        return float(np.max(np.abs(r - (lo + hi) / 2) / ((hi - lo) / 2)))
+
+    res = gap.copy()
+    for t in range(1, len(S) + 2):
+        if t >= 2:
+            res = res - S[t]
+            out["position_without"][t] = position(res + S[t], e["remainder_lo"][t - 1],
+                                                  e["remainder_hi"][t - 1])
+        out["residual"][t] = float(np.abs(res).max() / np.abs(gap).max())
+        out["position"][t] = position(res, e["remainder_lo"][t - 1], e["remainder_hi"][t - 1])
+        out["position_coarse"][t] = position(res, e["remainder_lo_coarse"][t - 1],
+                                             e["remainder_hi_coarse"][t - 1])
+    return out
 
 
 def confidence_term(n: int, delta: float = 0.01, loss_range: float = 1.0) -> float:

@@ -94,20 +94,88 @@ def test_directional_second_derivative_matches_hessian(tiny):
         assert float(got[i]) == pytest.approx(float(vf @ H @ vf), rel=1e-9, abs=1e-12)
 
 
-def test_second_order_term_predicts_gradient_descent_gap(tiny):
+def test_directional_derivatives_match_torch_func_and_finite_differences(tiny):
+    """The closed-form derivatives of s ↦ ℓ(w + s·v, z) up to order 4 against nested
+    torch.func.jvp, and orders 2–4 against central finite differences of the next lower order
+    (step 1e-4: the truncation error, O(h²)·ℓ^(j+2), is ~1e-7 relative here)."""
+    p = L.init_params(5, 6, seed=9)
+    g = torch.Generator().manual_seed(3)
+    v = {k: 0.5 * torch.randn(t.shape, generator=g, dtype=L.DTYPE) for k, t in p.items()}
+    X, y = tiny.X_test, tiny.y_test
+    got = L.directional_derivatives(p, v, X, y, order=4)
+    ref = L.directional_derivatives_torch_func(p, v, X, y, order=4)
+    torch.testing.assert_close(got, ref, rtol=1e-8, atol=1e-12)
+    torch.testing.assert_close(got[1], L.directional_second_derivative(p, v, X, y),
+                               rtol=1e-8, atol=1e-12)
+    h = 1e-4
+    at = torch.tensor([-h, h], dtype=L.DTYPE)
+    both = L.directional_derivatives(p, v, X, y, order=4, at=at)      # (2, 4, N)
+    fd = (both[1] - both[0]) / (2 * h)                                 # d/ds of orders 1..3
+    torch.testing.assert_close(fd[:3], got[1:], rtol=1e-6, atol=1e-9)
+    # the first derivative against finite differences of the loss itself
+    def loss_at(s):
+        return L.losses({k: p[k] + s * v[k] for k in p}, X, y)
+    torch.testing.assert_close((loss_at(h) - loss_at(-h)) / (2 * h), got[0], rtol=1e-6, atol=1e-9)
+    # evaluating at an offset is evaluating at the moved point
+    moved = L.directional_derivatives({k: p[k] + 0.3 * v[k] for k in p}, v, X, y, order=3)
+    torch.testing.assert_close(L.directional_derivatives(p, v, X, y, 3, at=[0.3])[0], moved,
+                               rtol=1e-10, atol=1e-13)
+    with pytest.raises(ValueError):
+        L.directional_derivatives(p, v, X, y, order=5)
+
+
+def test_taylor_terms_and_lagrange_intervals_of_gradient_descent(tiny):
+    """Under gradient descent the first-order Taylor sum is the kernel machine's change; the gap
+    network − machine, less the second- (and third-) order sums, lies inside the Lagrange
+    intervals; and leaving the last term out puts it far outside (the check can fail)."""
+    traj = L.gradient_flow(tiny, 16, T=6.0, step=0.6, method="euler", seed=6, kernels=True,
+                           taylor_order=3, remainder_nodes=9)
+    km = L.kernel_machine(traj, tiny)
+    np.testing.assert_allclose(traj.extras["taylor_first"], km["machine"] - km["initial"],
+                               rtol=1e-10, atol=1e-13)
+    rep = L.taylor_report(traj, km)
+    assert rep["residual"][1] == 1.0
+    assert rep["residual"][3] < rep["residual"][2] < 0.2
+    for t in (1, 2, 3):
+        assert rep["position"][t] <= 1.0
+        # fewer nodes, narrower (or equal) intervals: the position can only grow
+        assert rep["position_coarse"][t] >= rep["position"][t] - 1e-12
+    for t in (2, 3):
+        assert rep["position_without"][t] > 3.0
+    # a wrong third-order sum (twice the true one) leaves the interval
+    bad = dict(traj.extras)
+    bad["taylor"] = traj.extras["taylor"] * np.array([[1.0], [2.0]])
+    wrong = L.taylor_report(L.Trajectory(**{**traj.__dict__, "extras": bad}), km)
+    assert wrong["position"][3] > 1.0
+    # only the Taylor terms, without intervals: the same sums
+    plain = L.gradient_flow(tiny, 16, T=6.0, step=0.6, method="euler", seed=6, taylor_order=3,
+                            remainder_nodes=0)
+    np.testing.assert_allclose(plain.extras["taylor"], traj.extras["taylor"], rtol=1e-12)
+    assert "remainder_lo" not in plain.extras
+    with pytest.raises(ValueError):
+        L.taylor_report(plain, km)
+    with pytest.raises(ValueError):
+        L.gradient_flow(tiny, 4, T=1.0, step=0.5, method="rk4", taylor_order=2)
+    with pytest.raises(ValueError):
+        L.gradient_flow(tiny, 4, T=1.0, step=0.5, method="euler", taylor_order=4)
+
+
+def test_taylor_residuals_shrink_with_the_step(tiny):
     """Network − kernel machine under gradient descent is the accumulated second-order Taylor
-    term up to a remainder of higher order: the relative residual halves with the step."""
-    resid = []
+    term up to a remainder of higher order: over a fixed horizon, the relative residual after
+    the second-order term halves with the step, and after the third-order term it quarters."""
+    resid = {2: [], 3: []}
     for step in (0.4, 0.2):
         traj = L.gradient_flow(tiny, 16, T=4.0, step=step, method="euler", seed=6, kernels=True,
-                               second_order=True)
+                               taylor_order=3, remainder_nodes=0)
         km = L.kernel_machine(traj, tiny)
         gap = km["network"] - km["machine"]
-        resid.append(np.abs(gap - traj.extras["second_order"]).max() / np.abs(gap).max())
-    assert resid[0] < 0.1
-    assert 1.6 < resid[0] / resid[1] < 2.4
-    with pytest.raises(ValueError):
-        L.gradient_flow(tiny, 4, T=1.0, step=0.5, method="rk4", second_order=True)
+        S2, S3 = traj.extras["taylor"]
+        resid[2].append(np.abs(gap - S2).max() / np.abs(gap).max())
+        resid[3].append(np.abs(gap - S2 - S3).max() / np.abs(gap).max())
+    assert resid[2][0] < 0.1
+    assert 1.6 < resid[2][0] / resid[2][1] < 2.4
+    assert 3.0 < resid[3][0] / resid[3][1] < 5.0
 
 
 def test_bound_arithmetic():
