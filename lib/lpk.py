@@ -266,12 +266,6 @@ def directional_derivatives_torch_func(p: Params, direction: Params, X: torch.Te
     return torch.stack(f(torch.zeros((), dtype=DTYPE))[1:])
 
 
-def directional_second_derivative(p: Params, direction: Params, X: torch.Tensor, y: torch.Tensor,
-                                  beta: float = 10.0) -> torch.Tensor:
-    """d²/ds² ℓ(w + s·v, z) at s = 0 for every row of X (torch.func, forward over forward)."""
-    return directional_derivatives_torch_func(p, direction, X, y, 2, beta)[1]
-
-
 def _sigmoid_derivatives(S: torch.Tensor, order: int) -> list[torch.Tensor]:
     """[S, S', …, S^(order)] of the logistic sigmoid S = 1/(1 + e^{-t}), written in S
     (S' = S(1−S), S'' = S'(1−2S), S''' = S'(1 − 6S + 6S²) = S' − 6S'²)."""
@@ -455,8 +449,8 @@ def _gradient_flow(split: Split, width: int, T: float, step: float, *, method: s
     if tq:
         extras["taylor_first"] = taylor[0].numpy()
         extras["taylor"] = taylor[1:].numpy()
-        for key, e in zip(("lo", "hi", "lo_coarse", "hi_coarse"), enclosure):
-            if remainder_nodes:
+        if remainder_nodes:
+            for key, e in zip(("lo", "hi", "lo_coarse", "hi_coarse"), enclosure):
                 extras[f"remainder_{key}"] = e.numpy()
     return Trajectory(T=T, step=h, method=method, params0=p0, params=p, times=arr("t"),
                       train_loss=arr("train"), test_loss=arr("test"), trace_K=arr("tr"),
