@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from lib.npiv import analysis, baselines, cartpole, demand
+from lib.npiv import analysis, baselines, cartpole, demand, experiments
 from lib.npiv import meanfield as mf
 
 
@@ -281,6 +281,21 @@ def test_local_rates_are_constant_for_an_exponential_and_p_over_t_for_a_power_la
     assert np.allclose(r[2:], 3.0 / c[2:], rtol=0.02)
     c, r = analysis.local_rates(t, np.exp(-0.5 * t), 2.0, floor=np.exp(-0.5 * 21))
     assert c.max() < 21 and len(c) == 10
+
+
+def test_convergence_clearance_is_the_gap_at_each_window_end_over_its_fluctuation():
+    h = 0.2 / 3
+    cfg = mf.F2BMLDConfig(n_particles=16, steps=int(round(12 / h)), eta=0.2, zeta=2.0,
+                          record_every=3, polish_steps=5, tracker_steps=3, flow_step=h,
+                          float64=True)
+    conv = experiments.convergence([1.0, 2.0], [1e-14], [0], 64, cfg, 0,
+                                   windows=[[2.0, 6.0], [1.0, 4.0]], ref_from=9.0, level=1e-13)
+    t = conv["t"]
+    for run in np.ndindex(conv["t_end"].shape):
+        end = conv["t_end"][run]
+        assert np.isfinite(end)
+        k = int(np.flatnonzero(t >= end)[0])  # the first recorded time at the window's end
+        assert conv["clearance"][run] == conv["gap"][run][k] / conv["tail_sd"][run]
 
 
 def test_flow_step_gives_every_lambda_the_same_clock():

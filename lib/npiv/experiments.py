@@ -58,12 +58,21 @@ def convergence(lams, sigmas, seeds, n: int, cfg: mf.F2BMLDConfig, seed: int,
     def per_run(attr, of=fits):
         return np.array([getattr(f, attr) for f in of], float).reshape(shape)
 
+    gap_runs = gap.T.reshape(*shape, -1)
+    tail_sd = run.L[tail].std(0).reshape(shape)
+    t_end = per_run("t_end", fades)
+    # the gap where each window ends, in units of its run's fluctuation on the reference
+    # stretch (NaN where a window could not start above the level)
+    ended = np.isfinite(t_end)
+    end_idx = np.where(ended, np.searchsorted(t, np.nan_to_num(t_end)), 0)
+    gap_at_end = np.take_along_axis(gap_runs, end_idx[..., None], -1)[..., 0]
     return {
         "t": t,
         "L": run.L.T.reshape(*shape, -1),
-        "gap": gap.T.reshape(*shape, -1),
+        "gap": gap_runs,
         "ref": ref.reshape(shape),
-        "tail_sd": run.L[tail].std(0).reshape(shape),
+        "tail_sd": tail_sd,
+        "clearance": np.where(ended, gap_at_end, np.nan) / tail_sd,
         "rate": per_run("rate"), "exponent": per_run("exponent"),
         "ratio": per_run("ratio"), "delta_aic": per_run("delta_aic"),
         "decades": per_run("decades"),
@@ -71,7 +80,7 @@ def convergence(lams, sigmas, seeds, n: int, cfg: mf.F2BMLDConfig, seed: int,
         "rate_first": per_run("rate_first", fades), "rate_second": per_run("rate_second", fades),
         "rate_ratio": per_run("ratio", fades), "power_ratio": per_run("power_ratio", fades),
         "fade": per_run("fade", fades), "gap_decades": per_run("decades", fades),
-        "t_end": per_run("t_end", fades),
+        "t_end": t_end,
     }
 
 
