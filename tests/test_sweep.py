@@ -49,3 +49,20 @@ def test_one_thread_pins_torch_and_restores_the_callers_count():
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def worker_environment():
+    import os
+    return {k: os.environ.get(k) for k in ("MALLOC_TRIM_THRESHOLD_", "OMP_NUM_THREADS")}
+
+
+def test_local_cluster_workers_keep_glibcs_adaptive_malloc():
+    """`--scheduler local` workers get Dask's one-thread settings but not its
+    MALLOC_TRIM_THRESHOLD_, which made the chapters' training loops three times slower."""
+    import os
+    from distributed import Client
+    from lib.pipeline.runner import _scheduler
+
+    with _scheduler("local:1"), Client(os.environ["COMPANION_SCHEDULER"]) as client:
+        env = client.submit(worker_environment, pure=False).result()
+    assert env == {"MALLOC_TRIM_THRESHOLD_": None, "OMP_NUM_THREADS": "1"}
