@@ -247,10 +247,13 @@ def run_chapter(book: Book, chapter: ChapterSource, profile: str = "default",
     return RunResult(chapter, profile, out_dir, "ran", _exit_code(doc), runtime, doc)
 
 
+THREAD_VARS = ("COMPANION_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+               "NUMBA_NUM_THREADS")
+
+
 def set_threads(threads: int) -> None:
     """Thread count for the kernels started from now on (torch, BLAS, OpenMP, numba)."""
-    for var in ("COMPANION_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-                "NUMBA_NUM_THREADS"):
+    for var in THREAD_VARS:
         os.environ[var] = str(threads)
 
 
@@ -311,9 +314,11 @@ def _scheduler(scheduler: str | None):
     import dask
     from distributed import LocalCluster
 
+    # one thread per worker: the count exported for the chapters' kernels (which the workers
+    # would inherit, and which beats Dask's own setting) would oversubscribe the cores
     with dask.config.set({WORKER_ENVIRON: worker_environ()}), \
             LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-                         dashboard_address=None) as cluster:
+                         dashboard_address=None, env={var: "1" for var in THREAD_VARS}) as cluster:
         print(f"started a local Dask cluster with {workers} workers at {cluster.scheduler_address}", flush=True)
         os.environ["COMPANION_SCHEDULER"] = cluster.scheduler_address
         try:
