@@ -70,6 +70,8 @@ def test_local_cluster_workers_run_one_thread_and_keep_glibcs_adaptive_malloc(mo
     for var in THREAD_VARS:  # what the runner exports for a chapter on two cores
         monkeypatch.setenv(var, "2")
     monkeypatch.delenv("COMPANION_SCHEDULER", raising=False)
+    # a nanny writes its variables into its parent's environment too: undo the other tests'
+    monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
     with _scheduler("local:1"), Client(os.environ["COMPANION_SCHEDULER"]) as client:
         env = client.submit(worker_environment, pure=False).result()
     assert env == {"MALLOC_TRIM_THRESHOLD_": None, "OMP_NUM_THREADS": "1", "torch": 1}
