@@ -280,24 +280,18 @@ def run_tasks(book: Book, tasks: list[tuple[ChapterSource, dict, Path | None]], 
 
 
 WORKER_ENVIRON = "distributed.nanny.pre-spawn-environ"
-#: What the project changes in the environment Dask's nanny gives a worker (shared with
-#: workers started by hand through ``DASK_CONFIG=config/dask``).
-WORKER_CONFIG = Path(__file__).resolve().parents[2] / "config" / "dask" / "workers.yaml"
 
 
 def worker_environ() -> dict:
-    """The environment Dask's nanny gives a worker process, with ``config/dask/workers.yaml``'s
-    changes: it unsets ``MALLOC_TRIM_THRESHOLD_`` (a None value, which the nanny leaves out).
+    """The environment Dask's nanny gives a worker process, less ``MALLOC_TRIM_THRESHOLD_``.
     Setting that variable at all turns off glibc's adaptive mmap threshold, so every tensor
     above 128 KiB is mapped and unmapped afresh; the chapters' training loops, which allocate
     such tensors at every step, then run about three times slower in a worker than in the
     notebook (measured on chapter 03's λ sweep: 16 against 5.5 ms per step)."""
     import dask
-    import distributed  # noqa: F401  (loads the nanny's defaults into dask.config)
-    import yaml
 
-    changes = yaml.safe_load(WORKER_CONFIG.read_text())["distributed"]["nanny"]["pre-spawn-environ"]
-    return {**dask.config.get(WORKER_ENVIRON, {}), **changes}
+    return {k: v for k, v in dask.config.get(WORKER_ENVIRON, {}).items()
+            if k != "MALLOC_TRIM_THRESHOLD_"}
 
 
 @contextlib.contextmanager
