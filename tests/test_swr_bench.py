@@ -75,6 +75,7 @@ def test_baselines_can_stop_early_and_slope_of_a_linear_law():
     long_bwd = set(df[(df.L == 128) & (df["pass"] == "bwd")].impl)
     assert long_bwd == set(bench.IMPLS) - slow
     assert set(df[(df.L == 128) & (df["pass"] == "fwd")].impl) == set(bench.IMPLS)
+    assert bench.common_length(df, "fwd") == 128 and bench.common_length(df, "bwd") == 64
     fake = pd.DataFrame({"impl": "swr", "pass": "fwd", "L": [4096, 8192, 16384],
                          "seconds": [1.0, 2.0, 4.0]})
     assert bench.loglog_slope(fake) == pytest.approx(1.0)

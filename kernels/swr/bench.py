@@ -241,6 +241,14 @@ def loglog_slope(df: pd.DataFrame, impl: str = "swr", pass_: str = "fwd",
     return float(np.polyfit(np.log(d.L), np.log(d.seconds), 1)[0])
 
 
+def common_length(df: pd.DataFrame, pass_: str = "fwd") -> int:
+    """The longest L at which every implementation in ``df`` was timed for ``pass_`` (the slow
+    baselines stop at ``max_baseline_L``, ``max_slow_bwd_L``), where ratios compare them all."""
+    d = df[df["pass"] == pass_]
+    timed = d.groupby("L").impl.nunique()
+    return int(timed[timed == d.impl.nunique()].index.max())
+
+
 def plot(df: pd.DataFrame, bandwidth: float | None = None):
     """Time against L for each implementation, one panel per pass, and a last panel with the
     SWR kernel's effective bandwidth against L under the copy bandwidth (the roof)."""
