@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from kernels.swr import naive, scan, swr
 from kernels.swa import swa_blocked
 from lib.llama import RMSNorm, SwiGLU, rope
+from lib.sweep import stream
 
 # ---------------------------------------------------------------------------------------------
 # theory
@@ -68,9 +69,8 @@ def truncation_point(rho: float, seed: int, *, base_seed: int, length: int, bloc
     """One sweep point of the truncation experiment: :func:`truncation_experiment` with a draw of
     its own, seeded from (``base_seed``, ``rho``, ``seed``) alone, so the result does not depend on
     which other points ran before it, or where."""
-    stream = np.random.SeedSequence([int(base_seed), 2, int(seed), int(round(rho * 1e6))])
-    return truncation_experiment(rho, length, block, channels, seed=int(stream.generate_state(1)[0]),
-                                 jitter=jitter)
+    draw = stream(base_seed, "truncation", seed, rho).integers(2**62)
+    return truncation_experiment(rho, length, block, channels, seed=int(draw), jitter=jitter)
 
 
 def implementation_agreement(shapes, block: int = 16, seed: int = 0) -> dict:
