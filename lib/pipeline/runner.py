@@ -287,7 +287,9 @@ def worker_environ() -> dict:
     Setting that variable at all turns off glibc's adaptive mmap threshold, so every tensor
     above 128 KiB is mapped and unmapped afresh; the chapters' training loops, which allocate
     such tensors at every step, then run about three times slower in a worker than in the
-    notebook (measured on chapter 03's λ sweep: 16 against 5.5 ms per step)."""
+    notebook (measured on chapter 03's λ sweep: 16 against 5.5 ms per step). Workers started by
+    hand get the same change from ``config/dask/workers.yaml``; the runner does not read that
+    file, because an installed package (or a copy of the chapters and ``lib``) does not have it."""
     import dask
 
     return {k: v for k, v in dask.config.get(WORKER_ENVIRON, {}).items()
