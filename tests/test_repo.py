@@ -53,8 +53,13 @@ def test_papermill_reads_every_parameter():
     import papermill as pm
 
     for ch in Book(ROOT).chapters():
-        seen = set(pm.inspect_notebook(str(ch.path)))
-        assert seen == set(ch.parameters), f"{ch.slug}: papermill sees {sorted(seen)}"
+        seen = pm.inspect_notebook(str(ch.path))
+        assert set(seen) == set(ch.parameters), f"{ch.slug}: papermill sees {sorted(seen)}"
+        # every declared range is papermill's help too (`papermill --help-notebook`), seed's included
+        for name, p in ch.parameters.items():
+            if p.constraint is not None:
+                assert seen[name]["help"].startswith(p.constraint.text), (ch.slug, name)
+        assert ch.parameters["seed"].help.startswith("∈ [0, ∞)"), ch.slug
 
 
 #: Paths outside a clone that files must not point at (built from parts, so this file does not).
