@@ -20,6 +20,7 @@ from html import escape
 from pathlib import Path
 
 from lib.claims import badge, discrimination_text, format_value
+from lib.pipeline import records
 from lib.pipeline.chapters import Book
 from lib.pipeline.jb_guard import STAGE_MARKER
 from lib.pipeline.runner import stored
@@ -133,10 +134,12 @@ def stage(book: Book, profile: str) -> Path:
         shutil.copyfile(run / "results.json", files / "results.json")
         _zip_figures(run / "figures", files / "figures.zip")
         nb = publishable(json.loads(executed.read_text()), ch.slug, stored(run) or {})
+        nb["cells"].insert(-1, records.section_cell(book, ch))  # before Downloads
         (dest / "book" / "chapters" / f"{ch.slug}.ipynb").write_text(json.dumps(nb, indent=1))
     (dest / STAGE_MARKER).write_text("staged by companion build\n")
     status = dest / "book" / "status.md"
     status.write_text(status.read_text().replace(STATUS_MARKER, status_markdown(book, profile)))
+    records.stage_pages(book, dest)
     return dest
 
 

@@ -10,11 +10,14 @@
     companion bench swr [...]
     companion strip [NOTEBOOK...]
     companion clean --points                  remove the kept sweep points (resume data)
+    companion record CH... [--profile P]          store the run as book/records/P/<slug>.json
+    companion verify CH... [--profile P] [--scheduler ADDRESS]   rerun, compare with the record
     companion --version
 
 Exit codes of ``run`` and ``build``: 0 every theorem claim held, 1 a notebook failed,
 2 a theorem or check claim did not hold, 64 bad usage. ``seeds``: 0 every theorem and check
 claim held on every seed, 2 otherwise (or a run failed), 64 bad usage.
+``verify``: 0 the rerun agrees with the record, 2 it differs, 1 it failed, 64 bad usage.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import sys
 from pathlib import Path
 
 from lib.pipeline.chapters import PROFILES, Book, UsageError
+from lib.pipeline import records
 from lib.pipeline.runner import CLAIM_FAILED, EXEC_FAILED, OK, USAGE, RunResult, is_fresh, resolve, run_many
 
 
@@ -78,6 +82,15 @@ def _parser() -> argparse.ArgumentParser:
     clean = sub.add_parser("clean", help="remove kept sweep points (what lets a killed run resume)")
     clean.add_argument("--points", action="store_true", required=True,
                        help="remove _build/points/ (finished sweep points of interrupted or past runs)")
+
+    record = sub.add_parser("record", help="store a chapter's run as a committed record (book/records/)")
+    record.add_argument("chapters", nargs="+", metavar="CH", help="number (1, 01) or slug; 'all'")
+    record.add_argument("--profile", default="default", choices=PROFILES)
+
+    verify = sub.add_parser("verify", help="rerun recorded chapters and compare with their records")
+    verify.add_argument("chapters", nargs="+", metavar="CH", help="number (1, 01) or slug; 'all'")
+    verify.add_argument("--profile", default="default", choices=PROFILES)
+    verify.add_argument("--scheduler", help="Dask scheduler address for the chapters' sweeps")
 
     strip = sub.add_parser("strip", help="remove outputs from chapter notebooks (in place)")
     strip.add_argument("notebooks", nargs="*", type=Path)
@@ -253,7 +266,8 @@ def cmd_strip(book: Book, args) -> int:
 
 
 COMMANDS = {"list": cmd_list, "run": cmd_run, "params": cmd_params, "status": cmd_status, "build": cmd_build,
-            "seeds": cmd_seeds, "bench": cmd_bench, "strip": cmd_strip, "clean": cmd_clean}
+            "seeds": cmd_seeds, "bench": cmd_bench, "strip": cmd_strip, "clean": cmd_clean,
+            "record": records.cmd_record, "verify": records.cmd_verify}
 
 
 def main(argv: list[str] | None = None) -> int:
