@@ -55,10 +55,15 @@ def test_every_chapter_profile_validates():
 
 
 @pytest.mark.parametrize("comment, inside, outside", [
-    ("∈ [0, ∞): seed", [0, 7, 10**9], [-1, 0.5 - 1]),
-    ("∈ (0, 1]: step size", [1e-9, 1.0], [0.0, 1.5]),
-    ("∈ [2, 8)", [2, 7, [2, 3]], [8, [2, 9]]),
+    ("∈ [0, 4294967295]: seed", [0, 7, 2**32 - 1], [-1, 0.5 - 1, 2**32]),
+    ("∈ [0, ∞): a size", [0, 10**9], [-1, float("inf"), float("nan")]),
+    ("∈ (0, 1]: step size", [1e-9, 1.0], [0.0, 1.5, float("nan")]),
+    ("∈ (−∞, ∞): any finite number", [-1e300, 0.0], [float("-inf"), float("nan")]),
+    ("∈ [2, 8)", [2, 7, [2, 3], [[2, 3], [4]]], [8, [2, 9], [[2], [8]], "2", True]),
+    ("∈ [1, 10⁶], length ∈ [1, 3]: sizes", [[1], [1, 10**6, 5]], [[], [1, 2, 3, 4], [10**6 + 1]]),
+    ("∈ [10⁻³, 1]", [1e-3, 1], [9e-4]),
     ('∈ {"cpu", "cuda"}: device', ["cpu", "cuda"], ["tpu"]),
+    ('∈ {"fwd", "bwd"}, length ∈ [1, 2]: passes', [["fwd"], ["bwd", "fwd"]], [[], ["up"], ["fwd"] * 3]),
 ])
 def test_constraints_parse_from_comments_and_judge_values(comment, inside, outside):
     c = Constraint.parse(comment)
@@ -70,18 +75,25 @@ def test_constraints_parse_from_comments_and_judge_values(comment, inside, outsi
 def test_constraints_are_read_from_the_parameters_cell(tmp_path):
     nb = json.loads((ROOT / "tests" / "fixtures" / "99-fixture.ipynb").read_text())
     cell = next(c for c in nb["cells"] if "parameters" in c["metadata"].get("tags", []))
-    cell["source"] = "seed = 0\nn = 8  # ∈ [1, 64]: draws\nlr = 0.5  # ∈ (0, 1]\n"
+    cell["source"] = ("seed: int = 0  # ∈ [0, 4294967295]\nn: int = 8  # ∈ [1, 64]: draws\nlr = 0.5  # ∈ (0, 1]\n"
+                      "sizes: list[int] = []  # ∈ [1, 9], length ∈ [0, 2]\n")
     path = tmp_path / "99-x.ipynb"
     path.write_text(json.dumps(nb))
     params = parameters_of(path)
-    assert params["seed"].constraint.text == "∈ [0, ∞)"  # seed is non-negative everywhere
+    assert params["seed"].constraint.text == "∈ [0, 4294967295]" and params["seed"].type_name == "int"
     assert params["n"].check("64") == 64 and params["n"].help == "∈ [1, 64]: draws"
+    assert params["lr"].type_name == "float" and params["sizes"].type_name == "list of int"
+    assert params["sizes"].check("[3, 4]") == [3, 4]  # the element type comes from the annotation
+    for bad in ("[3.5]", '["a"]', "[1, 2, 3]", "[10]"):
+        with pytest.raises(UsageError, match="'sizes'"):
+            params["sizes"].check(bad)
     with pytest.raises(UsageError, match=r"parameter 'n' must be ∈ \[1, 64\], got 65"):
         params["n"].check("65")
-    cell["source"] = "seed = 0\nn = 0  # ∈ [1, 64]\n"
-    path.write_text(json.dumps(nb))
-    with pytest.raises(UsageError, match="default of 'n'"):
-        parameters_of(path)
+    for source in ("seed = 0\nn = 0  # ∈ [1, 64]\n", "seed = 0\nn: float = 'a'\n", "seed = 0\nn: set = 1\n"):
+        cell["source"] = source
+        path.write_text(json.dumps(nb))
+        with pytest.raises(UsageError, match="'n'"):
+            parameters_of(path)
 
 
 @pytest.mark.parametrize("profile", ["quick", "default", "paper"])
@@ -95,7 +107,7 @@ def test_dry_run_validates_every_chapter_at_every_profile(profile):
 @pytest.mark.parametrize("extra", [["--dry-run"], []])
 def test_negative_seed_is_a_usage_error_before_anything_runs(extra):
     out = companion("run", "01", "-p", "seed", "-1", *extra, timeout=120)
-    assert out.returncode == 64 and out.stderr.strip() == "error: parameter 'seed' must be ∈ [0, ∞), got -1"
+    assert out.returncode == 64 and out.stderr.strip() == "error: parameter 'seed' must be ∈ [0, 4294967295], got -1"
 
 
 def test_params_prints_flat_yaml_for_papermill_and_version():

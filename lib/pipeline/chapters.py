@@ -4,15 +4,18 @@ A chapter is ``book/chapters/NN-slug.ipynb``. Its parameters are the assignments
 the cell tagged ``parameters``; their values are the ``default`` profile, and
 ``book/params/{quick,default,paper}.yaml`` map each chapter slug to the values that differ.
 
-A parameter may declare the values it accepts at the start of its comment, in mathematical
-notation (papermill shows the comment as the parameter's help):
+Each parameter is annotated with its type (papermill shows it) and declares the values it
+accepts at the start of its comment, in mathematical notation (papermill shows the comment as
+the parameter's help):
 
-    n_seeds = 5      # ∈ [3, ∞): independent seeds behind every interval
-    lr = 0.1         # ∈ (0, 1]: step size
-    mixer = "gla"    # ∈ {"softmax", "linear", "gla"}: sequence mixer
+    n_seeds: int = 5            # ∈ [3, 50]: independent seeds behind every interval
+    lr: float = 0.1             # ∈ (0, 1]: step size
+    mixer: str = "gla"          # ∈ {"softmax", "linear", "gla"}: sequence mixer
+    Ns: list[int] = [100, 300]  # ∈ [10, 10⁶], length ∈ [2, 12]: sample sizes
 
-An interval applies to a number or to every element of a list; ``seed`` is ∈ [0, ∞) unless it
-says otherwise. A value outside is refused before anything runs (exit 64).
+An interval applies to a number or to every element of a (nested) list, and ``length ∈ [a, b]``
+bounds a list's length; an interval with an infinite end still requires a finite value. A value
+outside is refused before anything runs (exit 64).
 """
 
 from __future__ import annotations
@@ -48,11 +51,18 @@ def find_root() -> Path:
 
 _INTERVAL = re.compile(r"^∈\s*([\[(])\s*([^,]+?)\s*,\s*([^\])]+?)\s*([\])])")
 _CHOICE = re.compile(r"^∈\s*\{(.*?)\}")
+_LENGTH = re.compile(r"^,\s*length\s*∈\s*\[\s*(\d+)\s*,\s*(\d+)\s*\]")
+_SUPERSCRIPT = str.maketrans("⁰¹²³⁴⁵⁶⁷⁸⁹⁻", "0123456789-")
 
 
 def _bound(text: str) -> float:
-    text = text.strip().replace("∞", "inf")
-    return float(text) if text.lstrip("+-") == "inf" else float(ast.literal_eval(text))
+    """A bound as written: a number, ±∞, or a power of ten (10⁶, 10⁻³)."""
+    text = text.strip().replace("∞", "inf").replace("−", "-")
+    if text.lstrip("+-") == "inf":
+        return float(text)
+    if m := re.fullmatch(r"([+-]?)10([⁰¹²³⁴⁵⁶⁷⁸⁹⁻]+)", text):
+        return float(f"{m.group(1)}1e{m.group(2).translate(_SUPERSCRIPT)}")
+    return float(ast.literal_eval(text))
 
 
 @dataclass(frozen=True)
@@ -65,30 +75,41 @@ class Constraint:
     low_open: bool = False
     high_open: bool = False
     choices: tuple | None = None
+    length: tuple[int, int] | None = None  # a list's shortest and longest length
 
     @classmethod
     def parse(cls, comment: str) -> Constraint | None:
         """The constraint at the start of a parameter's comment (without ``#``), if any."""
         comment = comment.strip()
         if m := _INTERVAL.match(comment):
-            return cls(m.group(0), _bound(m.group(2)), _bound(m.group(3)), m.group(1) == "(", m.group(4) == ")")
-        if m := _CHOICE.match(comment):
-            return cls(m.group(0), choices=tuple(ast.literal_eval(f"[{m.group(1)}]")))
-        return None
+            found = cls(m.group(0), _bound(m.group(2)), _bound(m.group(3)), m.group(1) == "(", m.group(4) == ")")
+        elif m := _CHOICE.match(comment):
+            found = cls(m.group(0), choices=tuple(ast.literal_eval(f"[{m.group(1)}]")))
+        else:
+            return None
+        if n := _LENGTH.match(comment[m.end():]):
+            lo, hi = int(n.group(1)), int(n.group(2))
+            return cls(m.group(0) + n.group(0), found.low, found.high, found.low_open, found.high_open,
+                       found.choices, (lo, hi))
+        return found
 
     def admits(self, value: Any) -> bool:
         if isinstance(value, list):
-            return all(self.admits(v) for v in value)
+            if self.length is not None and not self.length[0] <= len(value) <= self.length[1]:
+                return False
+            return all(self._admits_element(v) for v in value)
+        return self._admits_element(value)
+
+    def _admits_element(self, value: Any) -> bool:
+        if isinstance(value, list):
+            return all(self._admits_element(v) for v in value)
         if self.choices is not None:
             return value in self.choices
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             return False
         above = value > self.low if self.low_open else value >= self.low
         below = value < self.high if self.high_open else value <= self.high
         return above and below
-
-
-SEED_CONSTRAINT = Constraint("∈ [0, ∞)", 0.0)
 
 
 @dataclass(frozen=True)
@@ -97,9 +118,12 @@ class Parameter:
     default: Any
     constraint: Constraint | None = None
     help: str = ""
+    annotation: str | None = None  # the type as annotated in the cell (``list[int]``)
 
     @property
     def type_name(self) -> str:
+        if self.annotation:
+            return _annotation_name(self.annotation)
         return _type_name(self.default)
 
     def check(self, value: Any) -> Any:
@@ -112,7 +136,7 @@ class Parameter:
     def coerce(self, value: Any) -> Any:
         """``value`` (a string from the command line, or a YAML value) as this parameter's type;
         raises UsageError naming the parameter and the expected type."""
-        want = type(self.default)
+        want = type(_example(self.annotation)) if self.annotation else type(self.default)
         try:
             if isinstance(value, str) and want is not str:
                 value = _parse_text(value, want)
@@ -127,8 +151,10 @@ class Parameter:
                 ok = True
             else:
                 ok = isinstance(value, want)
-                if want is list and ok and self.default:
-                    elem = Parameter(self.name, self.default[0])
+                element = _element_annotation(self.annotation)
+                if want is list and ok and (element or self.default):
+                    elem = Parameter(self.name, _EXAMPLES.get(element, self.default[0] if self.default else None),
+                                     annotation=element)
                     value = [elem.coerce(v) for v in value]
         except (ValueError, UsageError, yaml.YAMLError):
             ok = False
@@ -151,6 +177,41 @@ def _parse_text(text: str, want: type) -> Any:
             return False
         raise ValueError(text)
     return yaml.safe_load(text)
+
+
+_EXAMPLES = {"int": 0, "float": 0.0, "str": "", "bool": False, "list": []}
+
+
+def _element_annotation(annotation: str | None) -> str | None:
+    """``list[list[int]]`` → ``list[int]``; None for anything that is not a list annotation."""
+    if annotation and annotation.startswith("list[") and annotation.endswith("]"):
+        return annotation[5:-1]
+    return None
+
+
+def _example(annotation: str) -> Any:
+    """A value of the annotated type (its shape only), to check a default against."""
+    element = _element_annotation(annotation)
+    if element is not None:
+        return [_example(element)]
+    if annotation not in _EXAMPLES:
+        raise ValueError(annotation)
+    return _EXAMPLES[annotation]
+
+
+def _annotation_name(annotation: str) -> str:
+    element = _element_annotation(annotation)
+    return f"list of {_annotation_name(element)}" if element else annotation
+
+
+def _matches(value: Any, annotation: str) -> bool:
+    element = _element_annotation(annotation)
+    if element is not None:
+        return isinstance(value, list) and all(_matches(v, element) for v in value)
+    want = type(_EXAMPLES.get(annotation, object()))
+    if want is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return type(value) is want
 
 
 def _type_name(value: Any) -> str:
@@ -202,18 +263,28 @@ def parameters_of(path: Path) -> dict[str, Parameter]:
                 for tok in tokenize.generate_tokens(io.StringIO(source).readline) if tok.type == tokenize.COMMENT}
     params = {}
     for node in ast.parse(source).body:
-        if not (isinstance(node, ast.Assign) and len(node.targets) == 1
-                and isinstance(node.targets[0], ast.Name)):
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+            target, annotation = node.target, ast.unparse(node.annotation)
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            target, annotation = node.targets[0], None
+        else:
             raise UsageError(f"{path.name}: the parameters cell may only assign literals to names")
         try:
             value = ast.literal_eval(node.value)
         except ValueError:
-            raise UsageError(f"{path.name}: parameter '{node.targets[0].id}' is not a literal") from None
-        name, comment = node.targets[0].id, comments.get(node.lineno, "")
-        constraint = Constraint.parse(comment) or (SEED_CONSTRAINT if name == "seed" else None)
+            raise UsageError(f"{path.name}: parameter '{target.id}' is not a literal") from None
+        name, comment = target.id, comments.get(node.lineno, "")
+        if annotation is not None:
+            try:
+                _example(annotation)
+            except ValueError:
+                raise UsageError(f"{path.name}: parameter '{name}' has an unsupported type {annotation}") from None
+            if not _matches(value, annotation):
+                raise UsageError(f"{path.name}: the default of '{name}' ({value!r}) is not a {annotation}")
+        constraint = Constraint.parse(comment)
         if constraint is not None and not constraint.admits(value):
             raise UsageError(f"{path.name}: the default of '{name}' ({value!r}) is not {constraint.text}")
-        params[name] = Parameter(name, value, constraint, comment)
+        params[name] = Parameter(name, value, constraint, comment, annotation)
     return params
 
 
