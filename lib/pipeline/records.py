@@ -191,8 +191,8 @@ def _minutes(seconds) -> str:
 def _verdicts(claims: list[dict]) -> str:
     """'5/6 theorem and check claims hold; 1/3 empirical reproduced' (skipped ones named apart)."""
     parts = []
-    for label, kinds, verb in (("theorem and check", ("theorem", "check"), "hold"),
-                               ("empirical", ("empirical",), "reproduced")):
+    for label, kinds, verb in (("theorem and check claims", ("theorem", "check"), "hold"),
+                               ("empirical claims", ("empirical",), "reproduced")):
         mine = [c for c in claims if c.get("kind") in kinds and c.get("holds") is not None]
         if mine:
             parts.append(f"{sum(c['holds'] for c in mine)}/{len(mine)} {label} {verb}")
@@ -205,13 +205,15 @@ def _misses(claims: list[dict]) -> str:
     return ("failed or not reproduced: " + ", ".join(ids)) if ids else ""
 
 
-def _run_line(record: dict) -> str:
-    prov = record["provenance"]
-    cpu = f"{_minutes(prov.get('cpu_s'))} CPU" if prov.get("cpu_s") is not None else "CPU time not measured"
+def _times(prov: dict) -> str:
+    cpu = _minutes(prov.get("cpu_s")) if prov.get("cpu_s") is not None else "not measured"
+    return f"{_minutes(prov.get('runtime_s'))} wall, CPU time {cpu}"
+
+
+def _where(prov: dict) -> str:
     m = prov.get("machine") or {}
-    return (f"{_minutes(prov.get('runtime_s'))} wall, {cpu}, {prov.get('threads')} threads on "
-            f"{m.get('cpu', '?')} ({m.get('cores', '?')} cores); commit `{prov.get('git')}`, "
-            f"started {prov.get('started')}")
+    return (f"commit `{prov.get('git')}`, {str(prov.get('started'))[:10]}, {prov.get('threads')} threads on "
+            f"{m.get('cpu', '?')} ({m.get('cores', '?')} cores)")
 
 
 def _metrics_table(metrics: dict) -> str:
@@ -241,7 +243,8 @@ def chapter_section(book: Book, chapter: ChapterSource, profile: str = SHOWN) ->
     claims = ClaimsTable([Claim(**{k: v for k, v in c.items() if k in names})
                           for c in record["claims"]])._repr_html_()
     return "\n\n".join(filter(None, [
-        head + f"From the recorded `{profile}` run ({_run_line(record)}): {_verdicts(record['claims'])}. "
+        head + f"From the recorded `{profile}` run ({_times(record['provenance'])}; "
+        f"{_where(record['provenance'])}): {_verdicts(record['claims'])}. "
         f"{state} {{download}}`The record <../records/{profile}/{chapter.slug}.json>` holds every number; "
         f"`companion verify {chapter.number} --profile {profile}` reruns it and compares.",
         claims, _metrics_table(record.get("metrics", {}))]))
@@ -249,18 +252,19 @@ def chapter_section(book: Book, chapter: ChapterSource, profile: str = SHOWN) ->
 
 def records_table(book: Book, profile: str = SHOWN) -> str:
     """The reproducing page's table: one row per chapter, from its record."""
-    rows = ["| chapter | what the profile changes | run | claims | record |", "|---|---|---|---|---|"]
+    rows = ["| chapter | parameters the profile sets | time | claims | record |", "|---|---|---|---|---|"]
     for ch in book.chapters():
         link = f"[{ch.number}](chapters/{ch.slug}.ipynb)"
-        changed = ", ".join(f"`{k}`" for k in book.profile(profile, ch)) or "nothing"
+        changed = ", ".join(f"`{k}`" for k in book.profile(profile, ch)) or "none"
         record = load(book, profile, ch)
         if record is None:
-            rows.append(f"| {link} | {changed} | not yet recorded | — | — |")
+            rows.append(f"| {link} | {changed} | — | — | not yet recorded |")
             continue
         stale = changes(book, ch, record)
         state = f"*stale* ({escape(', '.join(stale))} changed)".replace("|", "\\|") if stale else "current"
         claims = "; ".join(filter(None, [_verdicts(record["claims"]), _misses(record["claims"])]))
-        rows.append(f"| {link} | {changed} | {_run_line(record)} | {claims} | {state} |".replace("\n", " "))
+        rows.append(f"| {link} | {changed} | {_times(record['provenance'])} | {claims} | "
+                    f"{_where(record['provenance'])}; {state} |")
     return "\n".join(rows)
 
 
