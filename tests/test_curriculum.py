@@ -2,6 +2,7 @@
 autograd, the sufficient-statistic sampler against the literal protocol, the theory formulas
 against hand computations, the transformer against the tabular policy."""
 
+import math
 from itertools import product
 
 import numpy as np
@@ -407,3 +408,60 @@ def test_martingale_p_bounds_exact_binomial_tails():
                 assert exact <= C.martingale_p(x, n * p, n * p * (1 - p)) + 1e-12
     assert C.martingale_p(7, 7.0, 0.0) == 1.0
     assert C.martingale_p(0, 30.0, 20.0) < 1e-4  # a real gap is still caught
+
+
+def test_slope_fit_recovers_slope_and_its_standard_error():
+    rng = np.random.default_rng(5)
+    x = np.array([4, 8, 16, 32])
+    sigma = np.array([0.05, 0.1, 0.2, 0.1])
+    fits = [C.slope_fit(x, np.exp(3 * np.log(x)[:, None] + 1 + sigma[:, None] * rng.standard_normal((4, 6))))
+            for _ in range(3000)]
+    slopes = np.array([f["slope"] for f in fits])
+    u = np.log(x) - np.log(x).mean()
+    exact_se = math.sqrt(((u / (u**2).sum()) ** 2 * sigma**2 / 6).sum())
+    assert abs(slopes.mean() - 3) < 4 * exact_se / math.sqrt(3000)
+    assert abs(slopes.std() / exact_se - 1) < 0.05  # brute force against the formula
+    assert abs(np.mean([f["se"] ** 2 for f in fits]) / exact_se**2 - 1) < 0.05  # unbiased variance
+    # censored points are left out; a noise-free column gives se 0
+    y = np.exp(2 * np.log(x)[:, None] + np.zeros((4, 3)))
+    y[-1, 0] = np.inf
+    fit = C.slope_fit(x, y)
+    assert fit["points"] == 3 and np.isclose(fit["slope"], 2) and fit["se"] == 0
+    with pytest.raises(ValueError):
+        C.slope_fit(x[:2], y[:2])
+
+
+def test_slope_half_width_is_a_t_quantile():
+    from scipy import stats
+
+    fit = {"slope": 1.0, "se": 0.1, "df": 7.0}
+    assert np.isclose(C.slope_half_width(fit, 0.01), stats.t.ppf(0.995, 7) * 0.1)
+
+
+def test_fisher_one_sided_p_and_power_by_hand():
+    assert np.isclose(C.fisher_greater_p(3, 3, 0, 3), 1 / 20)  # C(3,3)/C(6,3)
+    assert np.isclose(C.fisher_greater_p(0, 3, 3, 3), 1.0)
+    # all-or-nothing arms: the table (2/2, 0/2) has p = 1/6
+    assert C.fisher_power(2, 1.0, 0.0, 0.2) == 1.0 and C.fisher_power(2, 1.0, 0.0, 0.1) == 0.0
+    # brute force: power of the n = 3 test at level 0.06 (only 3/3 vs 0/3 rejects)
+    p1, p2 = 0.7, 0.2
+    assert np.isclose(C.fisher_power(3, p1, p2, 0.06), p1**3 * (1 - p2) ** 3)
+
+
+def test_solve_time_freezes_at_huge_steps_and_is_deterministic():
+    tree = C.parity(6, 2)
+    runs = [C.solve_time(tree, "direct", budget=4096, batch=32, lr=1e8, rng=np.random.default_rng(s),
+                         n_test=512) for s in range(6)]
+    for r in runs:  # solved or frozen within a few batches, never both
+        assert (r["frozen_at"] is not None) != np.isfinite(r["solved_at"]) or r["accuracy"] >= 0.99
+        assert min(r["solved_at"], r["frozen_at"] or np.inf) <= 4 * 32
+        if r["frozen_at"] is not None:
+            assert r["accuracy"] < 0.99
+    again = C.solve_time(tree, "direct", budget=4096, batch=32, lr=1e8, rng=np.random.default_rng(0),
+                         n_test=512)
+    assert again == runs[0]
+    # a moderate step with a curriculum learns the small tree and is not frozen before it solves
+    r = C.solve_time(tree, "hint", budget=8192, batch=64, lr=10.0, rng=np.random.default_rng(1), n_test=512)
+    assert np.isfinite(r["solved_at"]) and r["frozen_at"] is None and r["accuracy"] >= 0.99
+    assert C.solve_point(2, 6, "depth", 0, lr=1e5, budget=1024, batch=32, n_test=256) == \
+        C.solve_point(2, 6, "depth", 0, lr=1e5, budget=1024, batch=32, n_test=256)

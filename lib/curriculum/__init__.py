@@ -34,28 +34,30 @@ curriculum: the first ``k-ℓ`` steps are given, the terminal oracle judges the 
 from lib.curriculum.one_step import (LEARNED, curriculum_fast, curriculum_literal,
                                      curriculum_theory, n_grid, n_star, n_star_asymptotic,
                                      n_star_theory, onestep_fast, onestep_literal, onestep_theory,
-                                     sampler_check, stage_setup, two_proportion_p,
+                                     sampler_check, slope_fit, slope_half_width, stage_setup, two_proportion_p,
                                      two_proportion_z)
 from lib.curriculum.experiments import (ORACLE_Q, best_of_n_vs_ltar, n_star_point, onestep_count,
-                                        oracle_tree, sampler_cell, stack_runs, stream, sweep_n_star,
-                                        train_point)
+                                        oracle_tree, sampler_cell, solve_point, stack_runs, stream,
+                                        sweep_n_star, train_point)
 from lib.curriculum.policy import greedy, reinforce_gradient, sample_paths
 from lib.curriculum.test_time import (best_of_n, ltar, mean_test_z, rejection_cost,
                                       test_time_theory, verification_length)
-from lib.curriculum.training import (hacking_fraction, judged_correct_probability,
-                                     martingale_p, samples_to_solve, test_accuracy, train)
+from lib.curriculum.training import (fisher_greater_p, fisher_power, hacking_fraction,
+                                     judged_correct_probability, martingale_p, samples_to_solve,
+                                     solve_time, test_accuracy, train)
 from lib.curriculum.transformer import PositionalTransformer, compare_transformer
 from lib.curriculum.tree import (ROUTES, ReasoningTree, base_success, correct_paths, mod_chain,
                                  parity)
 from lib.stats import loglog_slope
 
 __all__ = ["LEARNED", "ORACLE_Q", "ROUTES", "PositionalTransformer", "ReasoningTree", "base_success",
-           "best_of_n", "best_of_n_vs_ltar", "compare_transformer", "correct_paths", "curriculum_fast",
+           "best_of_n", "best_of_n_vs_ltar", "fisher_greater_p", "fisher_power", "compare_transformer", "correct_paths", "curriculum_fast",
            "curriculum_literal", "curriculum_theory", "greedy", "hacking_fraction",
            "judged_correct_probability", "loglog_slope", "ltar", "martingale_p", "mean_test_z", "mod_chain", "n_grid",
            "n_star", "n_star_point", "onestep_count", "oracle_tree",
            "n_star_asymptotic", "n_star_theory", "onestep_fast", "onestep_literal",
            "onestep_theory", "parity", "reinforce_gradient", "rejection_cost", "sample_paths",
-           "sampler_cell", "sampler_check", "samples_to_solve", "stack_runs", "stage_setup", "stream",
+           "sampler_cell", "sampler_check", "samples_to_solve", "slope_fit", "slope_half_width",
+           "solve_point", "solve_time", "stack_runs", "stage_setup", "stream",
            "sweep_n_star", "test_accuracy", "test_time_theory", "train", "train_point",
            "two_proportion_p", "two_proportion_z", "verification_length"]

@@ -16,7 +16,7 @@ import numpy as np
 from lib.curriculum.one_step import (curriculum_fast, n_star, onestep_fast, onestep_literal,
                                      sampler_check)
 from lib.curriculum.test_time import best_of_n, ltar, test_time_theory
-from lib.curriculum.training import train
+from lib.curriculum.training import solve_time, train
 from lib.curriculum.tree import ReasoningTree, mod_chain, parity
 from lib.sweep import stream, sweep
 
@@ -144,3 +144,12 @@ def best_of_n_vs_ltar(d: int, seed: int, *, k: int, delta: float, repeats: int, 
     lt = ltar(tree, th["ltar"]["m"], repeats, stream(root, "ltar", d, k, delta, seed))
     return {"b": b, "lt": lt, "th": th}
 
+
+
+def solve_point(k: int, d: int, route: str, seed: int, *, lr: float, budget: int, batch: int,
+                n_test: int, ema: float = 0.5, root: int = 0) -> dict:
+    """One iterative run on the paper's shared-input parity (target ``[0, …, k−1]``) until it
+    solves or freezes (:func:`solve_time`), from the stream of (k, d, route, lr, budget, seed)."""
+    rng = stream(root, "solve", k, d, route, lr, budget, batch, seed)
+    return solve_time(parity(d, k), route, budget=budget, batch=batch, lr=lr, rng=rng,
+                      n_test=n_test, ema=ema)

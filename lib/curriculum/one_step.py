@@ -354,3 +354,34 @@ def sampler_check(tree: ReasoningTree, route: str, n: int, repeats: int,
     out["p"] = min(two_proportion_p(lit[w].sum(), repeats, fast[w].sum(), big)
                    for w in ("right", "first"))
     return out
+
+
+def slope_fit(x, samples) -> dict:
+    """Least-squares slope of the seeds' mean ``log n*`` against ``log x`` (the log–log slope of
+    the geometric means) with its standard error from the seeds' scatter at each ``x``:
+    ``slope = Σ w_i ȳ_i`` with ``w_i = (u_i − ū)/Σ(u − ū)²``, ``u = log x``, so
+    ``Var = Σ w_i² s_i²/m_i`` (``s_i²`` the sample variance of ``log n*`` over the ``m_i`` seeds
+    at ``x_i``), with Welch–Satterthwaite degrees of freedom.  Points with a censored
+    (non-finite) measurement are left out.  Returns slope, se, df and the points used."""
+    u = np.log(np.asarray(x, float))
+    y = np.log(np.asarray(samples, float))
+    keep = np.all(np.isfinite(y), axis=1)
+    u, y = u[keep], y[keep]
+    if len(u) < 3 or y.shape[1] < 2:
+        raise ValueError("a slope's standard error needs at least 3 points and 2 seeds each")
+    m = y.shape[1]
+    w = (u - u.mean()) / ((u - u.mean()) ** 2).sum()
+    ybar, s2 = y.mean(axis=1), y.var(axis=1, ddof=1)
+    a = w**2 * s2 / m
+    var = a.sum()
+    df = var**2 / (a**2 / (m - 1)).sum() if var > 0 else math.inf
+    return {"slope": float(w @ ybar), "se": float(math.sqrt(var)), "df": float(df),
+            "points": int(keep.sum())}
+
+
+def slope_half_width(fit: dict, false_alarm: float) -> float:
+    """Half-width of the two-sided test of a predicted slope at level ``false_alarm``:
+    Student's t quantile (the fit's Satterthwaite degrees of freedom) times the standard error."""
+    from scipy import stats
+
+    return float(stats.t.ppf(1 - false_alarm / 2, fit["df"]) * fit["se"])

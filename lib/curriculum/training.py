@@ -146,3 +146,77 @@ def hacking_fraction(c: float, q: float) -> float:
     """Share of rewarded rollouts whose judged path is wrong ("right answer, wrong path") when
     a rollout is correct with probability ``c``: ``(1−c)q / (c + (1−c)q)``."""
     return (1 - c) * q / (c + (1 - c) * q)
+
+
+def solve_time(tree: ReasoningTree, route: str, *, budget: int, batch: int, lr: float,
+               rng: np.random.Generator, n_test: int = 8192, baseline: bool = True,
+               advance_at: float = 0.95, ema: float = 0.5, level: float = 0.99) -> dict:
+    """One run of :func:`train`'s REINFORCE (same updates, same stage rule), stopped as soon as
+    the greedy chain reaches test accuracy ``level`` or the run is *frozen*.
+
+    Frozen: every depth's softmax is exactly one-hot (in floating point) and the run is at its
+    last stage.  Then every rollout is the same chain, the REINFORCE gradient is zero (with the
+    mean baseline, up to rounding of the batch mean, which cannot move a logit gap that already
+    underflows the softmax) and the greedy chain never changes again, so the rest of the budget
+    is known without simulating it.  Large step sizes (the paper's 10⁸ and 10⁵) freeze a run
+    after its first batch.  The greedy chain's accuracy is evaluated after every step (cached
+    per chain).  Returns ``solved_at`` (rollouts used when accuracy first reached ``level``; inf
+    if never within ``budget``), ``frozen_at`` (rollouts used when frozen, or None), the final
+    ``accuracy`` and the final ``stage``."""
+    k, d = tree.k, tree.d
+    theta = np.zeros((1, k, d))
+    stage = k if route == "direct" else 1
+    avg = 0.0
+    x_test = tree.sample_inputs(rng, (n_test,))
+    target = np.asarray(tree.target)
+    seen: dict[tuple, float] = {}
+
+    def accuracy() -> float:
+        chain = tuple(theta[0].argmax(axis=-1))
+        if chain not in seen:
+            seen[chain] = float(test_accuracy(tree, theta, x_test)[0])
+        return seen[chain]
+
+    solved, frozen = math.inf, None
+    for t in range(1, budget // batch + 1):
+        paths = sample_paths(theta, batch, rng)  # (1, B, k)
+        depth_idx = np.arange(k)
+        if route == "hint":
+            hinted = depth_idx < k - stage
+            paths = np.where(hinted[None, None, :], target, paths)
+            trained, length = (~hinted).astype(float)[None], k
+        elif route == "depth":
+            trained, length = (depth_idx < stage).astype(float)[None], stage
+        else:
+            trained, length = np.ones((1, k)), k
+        x = tree.sample_inputs(rng, (1, batch))
+        r = tree.terminal_reward(x, paths[..., :length])
+        theta += lr * reinforce_gradient(theta, paths, r, trained, baseline)
+        avg = ema * avg + (1 - ema) * float(r.mean())
+        if route != "direct" and avg >= advance_at and stage < k:
+            stage, avg = stage + 1, 0.0
+        if accuracy() >= level:
+            solved = t * batch
+            break
+        if stage == k and np.all(softmax(theta[0]).max(axis=-1) == 1.0):
+            frozen = t * batch
+            break
+    return {"solved_at": solved, "frozen_at": frozen, "accuracy": accuracy(), "stage": stage}
+
+
+def fisher_greater_p(k1: int, n1: int, k2: int, n2: int) -> float:
+    """One-sided p-value of Fisher's exact test that the first proportion exceeds the second."""
+    from scipy import stats
+
+    return float(stats.fisher_exact([[int(k1), n1 - int(k1)], [int(k2), n2 - int(k2)]],
+                                    alternative="greater")[1])
+
+
+def fisher_power(n: int, p1: float, p2: float, level: float) -> float:
+    """Exact power of :func:`fisher_greater_p` at ``level`` with ``n`` runs per arm, when the
+    first arm succeeds with probability ``p1`` and the second with ``p2``."""
+    from scipy import stats
+
+    w1, w2 = stats.binom.pmf(np.arange(n + 1), n, p1), stats.binom.pmf(np.arange(n + 1), n, p2)
+    return float(sum(w1[a] * w2[b] for a in range(n + 1) for b in range(n + 1)
+                     if w1[a] * w2[b] > 0 and fisher_greater_p(a, n, b, n) < level))
