@@ -22,7 +22,22 @@ Three kinds (docs/design.md):
   rejected does not discriminate (shown, but not a failure).
 - ``check``: verifies the implementation or the setup (identities, brute force against a dynamic
   program, a configured value). Must hold; counted apart from theorems.
-- ``empirical``: a paper's experimental finding, reported as reproduced or not either way.
+- ``empirical``: a paper's experimental finding. It carries a :class:`Power`: what the experiment
+  could detect (a positive control's result, or the smallest effect it detects at the stated
+  false-alarm rate against the paper's effect size) and whether that suffices to see the paper's
+  effect. Its verdict (``VERDICTS``) is *reproduced* when it holds, *not reproduced* when it fails
+  and the experiment could have seen the effect (``power.detects``), *not tested* when it fails
+  and could not.
+
+    claims.at_least("ood-accuracy", "The trained model generalises OOD.", value=acc, bound=0.9,
+                    kind="empirical",
+                    power=Power("the same pipeline on a planted induction task reaches 0.98",
+                                detects=True, value=0.98),
+                    false_alarm=1e-3)
+
+Every helper also takes ``false_alarm``: the per-claim false-alarm rate of the claim's statistical
+test under its null (an interval, a z, a bootstrap, an exact test), recorded in results.json
+(``null`` where the claim is not statistical). The contract's ceiling is ``MAX_FALSE_ALARM``.
 
 How each helper judges an alternative that predicts ``p`` (a number, or an array for
 ``all_close``): ``close``/``all_close`` reject it when the simulation is *not* within the claim's
@@ -37,6 +52,11 @@ Every helper words its tolerance itself ("simulation ≤ 0.1"); a statistical cl
 Bonferroni over the chapter's 420 tests").
 
 A claim marked ``quick=False`` is recorded as skipped under the ``quick`` profile.
+
+This module owns the claim vocabulary: :func:`status_of` (one claim's word: holds / FAILS /
+skipped, or an empirical verdict), :func:`tally` (one line for the CLI) and :func:`counts` (one
+table cell per kind for the status page) read results.json records, so the notebook, the CLI and
+the status page say the same thing.
 """
 
 from __future__ import annotations
@@ -56,6 +76,14 @@ MUST_HOLD = ("theorem", "check")  # kinds whose failure fails a run
 SOURCES = ("paper", "reconstruction")
 PROFILE_ENV = "COMPANION_PROFILE"
 SCHEMA_VERSION = 2
+#: An empirical claim's verdict: it held; it failed where the experiment could see the paper's
+#: effect; it failed where the experiment could not (its power statement says why).
+REPRODUCED, NOT_REPRODUCED, NOT_TESTED = VERDICTS = ("reproduced", "not reproduced", "not tested")
+#: A theorem or check claim's status, and the status of any claim a profile skips.
+HOLDS, FAILS, SKIPPED = "holds", "FAILS", "skipped"
+STATUSES = (HOLDS, FAILS, *VERDICTS, SKIPPED)
+#: The contract's ceiling on a statistical claim's false-alarm rate at ``default`` (docs/design.md).
+MAX_FALSE_ALARM = 1e-3
 
 
 def current_profile() -> str:
@@ -73,6 +101,77 @@ class Alternative:
 
 
 @dataclass
+class Power:
+    """What an empirical claim's experiment could detect.
+
+    ``statement``: one sentence — the positive control's result (the same pipeline on a case where
+    the effect is present by construction), or the smallest effect detectable at the stated
+    false-alarm rate against the paper's effect size; where the experiment cannot see the effect,
+    why not. ``detects``: whether the experiment could have seen the paper's effect. ``value``:
+    optional, the control's result or the detectable effect (a number, list or dict).
+    """
+
+    statement: str
+    detects: bool
+    value: Any = None
+
+    def __post_init__(self):
+        if not isinstance(self.statement, str) or not self.statement.strip():
+            raise ValueError("Power needs a statement: what the experiment could detect")
+        if not isinstance(self.detects, (bool, np.bool_)):
+            raise ValueError(f"Power.detects must be True or False, got {self.detects!r}")
+        self.detects = bool(self.detects)
+
+
+def verdict_of(holds: bool | None, detects: bool | None) -> str | None:
+    """An empirical claim's verdict from its outcome and its power (None when skipped)."""
+    if holds is None:
+        return None
+    if holds:
+        return REPRODUCED
+    return NOT_REPRODUCED if detects else NOT_TESTED
+
+
+def status_of(claim: dict) -> str:
+    """One stored claim's word (results.json record): ``holds``/``FAILS`` for theorem and check
+    claims, the verdict for an empirical one, ``skipped`` when its profile did not evaluate it.
+    (An empirical record without a power record, written before verdicts, reads as before.)"""
+    holds = claim.get("holds")
+    if holds is None:
+        return SKIPPED
+    if claim.get("kind") == "empirical":
+        power = claim.get("power")
+        return verdict_of(holds, True if power is None else power.get("detects"))
+    return HOLDS if holds else FAILS
+
+
+def tally(claims: list[dict]) -> str:
+    """One line for the CLI: '3/5 claims hold' over the theorem and check claims a profile
+    evaluated (those it skipped named apart), then the empirical verdicts, e.g.
+    '4/4 claims hold; empirical: 1 reproduced, 2 not tested'."""
+    must = [c for c in claims if c.get("kind") != "empirical"]
+    held = sum(c.get("holds") is True for c in must)
+    skipped = sum(c.get("holds") is None for c in claims)
+    line = f"{held}/{len(must) - sum(c.get('holds') is None for c in must)} claims hold"
+    emp = [status_of(c) for c in claims if c.get("kind") == "empirical" and c.get("holds") is not None]
+    if emp:
+        line += "; empirical: " + ", ".join(f"{emp.count(v)} {v}" for v in VERDICTS if emp.count(v))
+    return line + (f" ({skipped} not evaluated at this profile)" if skipped else "")
+
+
+def counts(claims: list[dict]) -> str:
+    """One status-page cell for a group of stored claims of one kind: 'held/recorded' for
+    theorem and check claims, the verdicts ('1 reproduced · 2 not tested') for empirical ones."""
+    if not claims:
+        return "—"
+    words = [status_of(c) for c in claims]
+    if all(c.get("kind") == "empirical" for c in claims):
+        parts = [f"{words.count(v)} {v}" for v in (*VERDICTS, SKIPPED) if words.count(v)]
+        return " · ".join(parts)
+    return f"{words.count(HOLDS)}/{len(claims)}"
+
+
+@dataclass
 class Claim:
     id: str
     kind: str
@@ -84,14 +183,19 @@ class Claim:
     quick: bool = True
     source: str | None = None  # theorem claims: "paper" or "reconstruction"
     alternative: dict | None = None  # theorem claims: {"statement", "prediction", "rejected"}
+    power: dict | None = None  # empirical claims: {"statement", "detects", "value"}
+    false_alarm: float | None = None  # statistical claims: the per-claim false-alarm rate
+
+    @property
+    def verdict(self) -> str | None:
+        """An empirical claim's verdict (None for other kinds, and when skipped)."""
+        if self.kind != "empirical":
+            return None
+        return verdict_of(self.holds, (self.power or {}).get("detects"))
 
     @property
     def status(self) -> str:
-        if self.holds is None:
-            return "skipped"
-        if self.kind == "empirical":
-            return "reproduced" if self.holds else "not reproduced"
-        return "holds" if self.holds else "FAILS"
+        return status_of({"kind": self.kind, "holds": self.holds, "power": self.power})
 
     @property
     def discriminates(self) -> bool | None:
@@ -164,7 +268,8 @@ class Claims:
     # -- recording -----------------------------------------------------------------------
     def record(self, id: str, statement: str, *, theory: Any, simulation: Any, holds: bool,
                tolerance: str, kind: str = "theorem", quick: bool = True, source: str | None = None,
-               alternative: Alternative | None = None) -> Claim:
+               alternative: Alternative | None = None, power: Power | None = None,
+               false_alarm: float | None = None) -> Claim:
         """Record a comparison whose verdict the caller computed (prefer the helpers below).
 
         A theorem claim's ``alternative`` is then an :class:`Alternative` with ``rejected`` given:
@@ -172,11 +277,12 @@ class Claims:
         """
         return self._record(id, statement, theory=theory, simulation=simulation, holds=holds,
                             tolerance=tolerance, kind=kind, quick=quick, source=source,
-                            alternative=alternative, rejects=None)
+                            alternative=alternative, power=power, false_alarm=false_alarm, rejects=None)
 
     def _record(self, id: str, statement: str, *, theory: Any, simulation: Any, holds: bool,
                 tolerance: str, kind: str = "theorem", quick: bool = True, source: str | None = None,
-                alternative: Alternative | tuple | None = None,
+                alternative: Alternative | tuple | None = None, power: Power | None = None,
+                false_alarm: float | None = None,
                 rejects: Callable[[Any], bool] | None = None) -> Claim:
         """``record`` with the helper's own rule ``rejects(prediction)`` for judging a pair."""
         if kind not in KINDS:
@@ -187,6 +293,18 @@ class Claims:
             raise ValueError(f"claim {id!r}: source must be one of {SOURCES}, got {source!r}")
         if kind != "theorem" and (source is not None or alternative is not None):
             raise ValueError(f"claim {id!r}: only theorem claims take a source and an alternative")
+        if kind == "empirical" and power is None:
+            raise ValueError(f"claim {id!r}: an empirical claim needs power=Power(statement, detects=...): "
+                             "what the experiment could detect")
+        if kind != "empirical" and power is not None:
+            raise ValueError(f"claim {id!r}: only empirical claims take a power")
+        if power is not None and not isinstance(power, Power):
+            raise ValueError(f"claim {id!r}: power must be a Power(statement, detects, value)")
+        if false_alarm is not None:
+            if (isinstance(false_alarm, (bool, np.bool_)) or not isinstance(false_alarm, (int, float, np.number))
+                    or not _finite(false_alarm) or not 0 <= float(false_alarm) <= 1):
+                raise ValueError(f"claim {id!r}: false_alarm must be a probability, got {false_alarm!r}")
+            false_alarm = float(false_alarm)
         alt = None
         if alternative is not None:
             if not isinstance(alternative, Alternative):
@@ -201,7 +319,10 @@ class Claims:
         skipped = self.profile == "quick" and not quick
         claim = Claim(id=id, kind=kind, statement=statement, theory=to_jsonable(theory),
                       simulation=to_jsonable(simulation), tolerance=tolerance,
-                      holds=None if skipped else bool(holds), quick=quick, source=source, alternative=alt)
+                      holds=None if skipped else bool(holds), quick=quick, source=source, alternative=alt,
+                      power=None if power is None else {"statement": power.statement, "detects": power.detects,
+                                                        "value": to_jsonable(power.value)},
+                      false_alarm=false_alarm)
         self.claims.append(claim)
         return claim
 
@@ -295,16 +416,31 @@ def failing(claims: list[dict]) -> list[dict]:
 
 
 def claim_record(c: Claim) -> dict:
-    """A claim as stored in results.json (``source``/``alternative`` only on theorem claims)."""
+    """A claim as stored in results.json: ``source``/``alternative`` only on theorem claims,
+    ``verdict``/``power`` only on empirical ones, ``false_alarm`` (or null) on every claim."""
     doc = asdict(c)
     if c.kind != "theorem":
         doc.pop("source")
         doc.pop("alternative")
+    if c.kind == "empirical":
+        doc["verdict"] = c.verdict
+    else:
+        doc.pop("power")
     return doc
 
 
-BADGE_COLOURS = {"holds": "#1b7837", "reproduced": "#1b7837", "FAILS": "#b2182b",
-                 "not reproduced": "#b35806", "skipped": "#6b6b6b"}
+BADGE_COLOURS = {HOLDS: "#1b7837", REPRODUCED: "#1b7837", FAILS: "#b2182b",
+                 NOT_REPRODUCED: "#b35806", NOT_TESTED: "#4d4d9f", SKIPPED: "#6b6b6b"}
+
+
+def power_text(power: dict | None) -> str:
+    """An empirical claim's power record as one line of text."""
+    if not power:
+        return "—"
+    value = power.get("value")
+    tail = f" ({format_value(value)})" if value is not None else ""
+    return (f"{power['statement']}{tail}: "
+            + ("could detect the paper's effect" if power.get("detects") else "could not detect the paper's effect"))
 
 
 def badge(status: str) -> str:
@@ -332,7 +468,10 @@ class ClaimsTable:
     def rows(self) -> list[dict]:
         return [{"claim": c.id, "kind": c.kind_label, "statement": c.statement,
                  "theory": format_value(c.theory), "simulation": format_value(c.simulation),
-                 "tolerance": c.tolerance, "alternative": discrimination_text(c.alternative, c.holds),
+                 "tolerance": c.tolerance + (f" (false-alarm rate {c.false_alarm:.2g})"
+                                             if c.false_alarm is not None else ""),
+                 "alternative": (discrimination_text(c.alternative, c.holds) if c.kind != "empirical"
+                                 else "power: " + power_text(c.power)),
                  "status": c.status} for c in self.claims]
 
     def to_frame(self):
@@ -345,7 +484,7 @@ class ClaimsTable:
         from html import escape
 
         head = ("verdict", "claim", "kind", "statement", "theory", "simulation", "tolerance",
-                "alternative ruled out")
+                "alternative ruled out (theorems) or power (empirical)")
         body = []
         for r in self.rows():
             cells = [badge(r["status"]), f"<code>{escape(r['claim'])}</code>", escape(r["kind"]),

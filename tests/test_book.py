@@ -11,7 +11,7 @@ import json
 import pytest
 from conftest import ROOT, companion
 
-from lib.claims import KINDS, MUST_HOLD, SCHEMA_VERSION, SOURCES
+from lib.claims import KINDS, MAX_FALSE_ALARM, MUST_HOLD, SCHEMA_VERSION, SOURCES, VERDICTS, status_of, verdict_of
 from lib.pipeline.chapters import Book
 
 CHAPTERS = [c.slug for c in Book(ROOT).chapters()]
@@ -70,6 +70,54 @@ def test_every_claim_is_of_a_known_kind_and_theorems_name_source_and_alternative
             assert c.get("source") in SOURCES, f"{slug}: theorem {c['id']} has no source (paper/reconstruction)"
             alt = c.get("alternative") or {}
             assert alt.get("statement") and "rejected" in alt, f"{slug}: theorem {c['id']} names no alternative"
+
+
+@pytest.mark.parametrize("slug", CHAPTERS)
+def test_every_theorem_claim_rejects_its_alternative_at_default(default_book, slug):
+    """A theorem claim whose alternative (the nearest hypothesis a reader holds) survives the
+    default run does not discriminate: it has to be given a real rival or be something else."""
+    doc = _results("default", slug)
+    weak = [f"theorem {c['id']}: {c['statement']} — alternative '{c['alternative']['statement']}' "
+            f"(predicts {c['alternative']['prediction']}) is not rejected (simulation {c['simulation']})"
+            for c in doc["claims"] if c["kind"] == "theorem" and not (c.get("alternative") or {}).get("rejected")]
+    assert not weak, f"{slug}: theorem claims that do not discriminate:\n" + "\n".join(weak)
+
+
+@pytest.mark.parametrize("slug", CHAPTERS)
+def test_every_recorded_false_alarm_rate_meets_the_contract(default_book, slug):
+    doc = _results("default", slug)
+    for c in doc["claims"]:
+        assert "false_alarm" in c, f"{slug}: {c['id']} records no false_alarm field"
+    high = [f"{c['id']}: false-alarm rate {c['false_alarm']:.3g}" for c in doc["claims"]
+            if c["false_alarm"] is not None and not c["false_alarm"] <= MAX_FALSE_ALARM]
+    assert not high, f"{slug}: claims above the contract's {MAX_FALSE_ALARM:g} per claim:\n" + "\n".join(high)
+
+
+@pytest.mark.parametrize("slug", CHAPTERS)
+def test_every_empirical_claim_has_a_verdict_and_a_power_record(default_book, slug):
+    doc = _results("default", slug)
+    for c in (c for c in doc["claims"] if c["kind"] == "empirical"):
+        power = c.get("power") or {}
+        assert isinstance(power.get("statement"), str) and power["statement"].strip(), \
+            f"{slug}: empirical {c['id']} records no power statement"
+        assert isinstance(power.get("detects"), bool) and "value" in power, f"{slug}: {c['id']} power {power}"
+        assert c.get("verdict") in VERDICTS, f"{slug}: empirical {c['id']} has verdict {c.get('verdict')!r}"
+        assert c["verdict"] == verdict_of(c["holds"], power["detects"]) == status_of(c), \
+            f"{slug}: {c['id']}'s verdict {c['verdict']!r} does not follow from holds and power"
+
+
+def test_status_page_shows_the_verdicts_and_the_power():
+    """The status page speaks the claims module's vocabulary (no build needed)."""
+    from lib.pipeline.book import _claim_row
+
+    blind = {"id": "masked-better", "kind": "empirical", "statement": "s", "theory": 0.0, "simulation": -0.1,
+             "tolerance": "t", "holds": False, "false_alarm": 1e-3, "verdict": "not tested",
+             "power": {"statement": "the arms differ in data", "detects": False, "value": None}}
+    row = _claim_row(blind, None)
+    assert "not tested" in row and "could not</b> see the effect" in row and "the arms differ in data" in row
+    assert "false-alarm rate 0.001" in row
+    seen = {**blind, "power": {**blind["power"], "detects": True}, "verdict": "not reproduced"}
+    assert "not reproduced" in _claim_row(seen, None)
 
 
 def test_rebuild_with_nothing_changed_is_all_cache_hits(default_book):

@@ -6,7 +6,11 @@ import math
 import numpy as np
 import pytest
 
-from lib.claims import Alternative, Claims
+from lib.claims import (MAX_FALSE_ALARM, NOT_REPRODUCED, NOT_TESTED, REPRODUCED, VERDICTS, Alternative, Claims,
+                        Power, counts, status_of, tally)
+
+SEES = Power("a planted effect of the paper's size is found by the same pipeline", detects=True, value=0.97)
+BLIND = Power("the arms are not matched in data, so the comparison cannot isolate the effect", detects=False)
 
 
 def test_helpers_decide_from_numbers():
@@ -75,14 +79,115 @@ def test_tolerances_read_as_mathematics():
     c = Claims("00-test", profile="default")
     assert c.close("a", "s", theory=1.0, simulation=1.0, rtol=1e-3, kind="check").tolerance == \
         "|sim − theory| ≤ 0.001·|theory|"
-    assert c.within("b", "s", value=2.0, low=1.4, high=2.8, kind="empirical").tolerance == "within [1.4, 2.8]"
-    assert c.at_most("c", "s", value=1, bound=2, kind="empirical").tolerance == "simulation ≤ 2"
+    assert c.within("b", "s", value=2.0, low=1.4, high=2.8, kind="empirical", power=SEES).tolerance == \
+        "within [1.4, 2.8]"
+    assert c.at_most("c", "s", value=1, bound=2, kind="empirical", power=SEES).tolerance == "simulation ≤ 2"
 
 
 def test_empirical_failure_is_not_a_theorem_failure():
     c = Claims("00-test", profile="default")
-    c.at_least("e", "s", value=0.0, bound=1.0, kind="empirical")
+    c.at_least("e", "s", value=0.0, bound=1.0, kind="empirical", power=SEES)
     assert c.failed == [] and c.claims[0].status == "not reproduced"
+
+
+def test_empirical_verdict_follows_outcome_and_power():
+    c = Claims("00-test", profile="default")
+    held = c.at_least("held", "s", value=2.0, bound=1.0, kind="empirical", power=BLIND)
+    seen = c.at_least("seen", "s", value=0.0, bound=1.0, kind="empirical", power=SEES)
+    blind = c.within("blind", "s", value=5.0, low=0.0, high=1.0, kind="empirical", power=BLIND)
+    assert (held.verdict, seen.verdict, blind.verdict) == (REPRODUCED, NOT_REPRODUCED, NOT_TESTED)
+    assert [x.status for x in c.claims] == [REPRODUCED, NOT_REPRODUCED, NOT_TESTED]
+    assert c.failed == []  # no verdict of an empirical claim fails a run
+    quick = Claims("00-test", profile="quick")
+    skipped = quick.at_least("q", "s", value=0.0, bound=1.0, kind="empirical", power=SEES, quick=False)
+    assert skipped.verdict is None and skipped.status == "skipped"
+    # every helper takes the power, the bespoke record() too
+    r = c.record("r", "s", theory=1, simulation=0, holds=False, tolerance="t", kind="empirical", power=BLIND)
+    cl = c.close("cl", "s", theory=1.0, simulation=3.0, rtol=0.1, kind="empirical", power=SEES)
+    ac = c.all_close("ac", "s", theory=[1, 2], simulation=[1, 2], atol=0.1, kind="empirical", power=BLIND)
+    am = c.at_most("am", "s", value=3.0, bound=1.0, kind="empirical", power=BLIND)
+    assert (r.status, cl.status, ac.status, am.status) == (NOT_TESTED, NOT_REPRODUCED, REPRODUCED, NOT_TESTED)
+    assert c.table().to_frame().loc["blind", "status"] == NOT_TESTED
+
+
+def test_empirical_claims_need_a_power_and_only_they_take_one():
+    c = Claims("00-test", profile="default")
+    for helper, kw in [(c.at_least, dict(value=1.0, bound=0.0)), (c.at_most, dict(value=0.0, bound=1.0)),
+                       (c.within, dict(value=0.5, low=0.0, high=1.0)),
+                       (c.close, dict(theory=1.0, simulation=1.0, rtol=0.1)),
+                       (c.all_close, dict(theory=[1.0], simulation=[1.0], atol=0.1)),
+                       (c.record, dict(theory=1, simulation=1, holds=True, tolerance="t"))]:
+        with pytest.raises(ValueError, match="power"):
+            helper(f"no-power-{helper.__name__}", "s", kind="empirical", **kw)
+    with pytest.raises(ValueError, match="only empirical"):
+        c.at_least("thm", "s", value=1.0, bound=0.0, source="paper", alternative=("none", -1.0), power=SEES)
+    with pytest.raises(ValueError, match="only empirical"):
+        c.at_least("chk", "s", value=1.0, bound=0.0, kind="check", power=SEES)
+    with pytest.raises(ValueError, match="Power"):
+        c.at_least("tuple", "s", value=1.0, bound=0.0, kind="empirical", power=("could see it", True))
+    with pytest.raises(ValueError, match="statement"):
+        Power("", detects=True)
+    with pytest.raises(ValueError, match="detects"):
+        Power("could see it", detects="yes")
+    assert c.claims == []  # nothing refused was recorded
+
+
+def test_false_alarm_is_recorded_on_any_kind_and_must_be_a_probability(tmp_path):
+    c = Claims("00-test", profile="default")
+    c.at_most("z", "largest |z|", value=2.0, bound=3.3, kind="check", false_alarm=1e-3)
+    c.within("s", "slope", value=-0.5, low=-0.6, high=-0.4, source="paper", alternative=("no decay", 0.0),
+             false_alarm=np.float64(2e-4))
+    c.at_least("e", "gain", value=0.3, bound=0.1, kind="empirical", power=SEES, false_alarm=5e-4)
+    c.close("plain", "identity", theory=1.0, simulation=1.0, atol=1e-12, kind="check")
+    assert [x.false_alarm for x in c.claims] == [1e-3, 2e-4, 5e-4, None]
+    for bad in (-0.1, 1.5, math.nan, True, "0.001"):
+        with pytest.raises(ValueError, match="false_alarm"):
+            c.at_most(f"bad-{bad}", "s", value=0.0, bound=1.0, kind="check", false_alarm=bad)
+    doc = json.loads(c.save(tmp_path).read_text())
+    rec = {x["id"]: x for x in doc["claims"]}
+    assert [x["false_alarm"] for x in doc["claims"]] == [1e-3, 2e-4, 5e-4, None]
+    assert rec["e"]["verdict"] == REPRODUCED and rec["e"]["power"] == {
+        "statement": SEES.statement, "detects": True, "value": 0.97}
+    assert "verdict" not in rec["z"] and "power" not in rec["z"] and "power" not in rec["s"]
+    assert MAX_FALSE_ALARM == 1e-3
+    assert "false-alarm rate 0.001" in c.table().to_frame().loc["z", "tolerance"]
+
+
+def test_results_json_records_verdict_and_power_on_every_empirical_claim(tmp_path):
+    quick = Claims("00-test", profile="quick")
+    quick.at_least("seen", "s", value=0.0, bound=1.0, kind="empirical", power=SEES)
+    quick.at_least("blind", "s", value=0.0, bound=1.0, kind="empirical", power=BLIND)
+    quick.at_least("later", "s", value=0.0, bound=1.0, kind="empirical", quick=False,
+                   power=Power("d", detects=True, value={"effect": np.float32(0.5), "n": np.arange(2)}))
+    doc = json.loads(quick.save(tmp_path).read_text())
+    assert doc["schema_version"] == 2
+    assert [x["verdict"] for x in doc["claims"]] == [NOT_REPRODUCED, NOT_TESTED, None]
+    assert doc["claims"][2]["power"]["value"] == {"effect": 0.5, "n": [0, 1]}
+    assert [status_of(x) for x in doc["claims"]] == [NOT_REPRODUCED, NOT_TESTED, "skipped"]
+
+
+def test_one_vocabulary_for_status_tally_and_counts():
+    stored = [{"kind": "theorem", "holds": True}, {"kind": "check", "holds": False},
+              {"kind": "theorem", "holds": None},
+              {"kind": "empirical", "holds": True, "power": {"detects": False}},
+              {"kind": "empirical", "holds": False, "power": {"detects": False}},
+              {"kind": "empirical", "holds": False, "power": {"detects": False}},
+              {"kind": "empirical", "holds": False, "power": {"detects": True}},
+              {"kind": "empirical", "holds": None, "power": {"detects": True}}]
+    assert [status_of(x) for x in stored] == ["holds", "FAILS", "skipped", REPRODUCED, NOT_TESTED, NOT_TESTED,
+                                              NOT_REPRODUCED, "skipped"]
+    assert set(VERDICTS) == {REPRODUCED, NOT_REPRODUCED, NOT_TESTED}
+    assert tally(stored) == ("1/2 claims hold; empirical: 1 reproduced, 1 not reproduced, 2 not tested "
+                             "(2 not evaluated at this profile)")
+    # the CLI's line is unchanged where a chapter records no empirical claim
+    plain = [{"holds": True}, {"holds": False}, {"holds": None}, {"holds": True}]
+    assert tally(plain) == "2/3 claims hold (1 not evaluated at this profile)"
+    assert tally(plain[:2]) == "1/2 claims hold"
+    assert counts(stored[:3]) == "1/3"
+    assert counts(stored[3:]) == "1 reproduced · 1 not reproduced · 2 not tested · 1 skipped"
+    assert counts([]) == "—"
+    # records written before verdicts (no power) read as they did
+    assert status_of({"kind": "empirical", "holds": False}) == NOT_REPRODUCED
 
 
 def test_quick_false_is_skipped_only_under_quick():

@@ -19,7 +19,7 @@ import zipfile
 from html import escape
 from pathlib import Path
 
-from lib.claims import badge, discrimination_text, format_value
+from lib.claims import badge, counts, discrimination_text, format_value, power_text, status_of
 from lib.pipeline import records
 from lib.pipeline.chapters import Book
 from lib.pipeline.jb_guard import STAGE_MARKER
@@ -31,19 +31,6 @@ STATUS_MARKER = "<!-- status-table -->"
 def _cell(value) -> str:
     """A value as the text of one Markdown table cell."""
     return format_value(value).replace("|", "\\|").replace("\n", " ")
-
-
-def _status(claim: dict) -> str:
-    holds = claim.get("holds")
-    if holds is None:
-        return "skipped"
-    if claim.get("kind") == "empirical":
-        return "reproduced" if holds else "not reproduced"
-    return "holds" if holds else "FAILS"
-
-
-def _count(claims: list[dict]) -> str:
-    return f"{sum(c.get('holds') is True for c in claims)}/{len(claims)}" if claims else "—"
 
 
 def _claim_row(c: dict, seeds: dict | None) -> str:
@@ -58,13 +45,20 @@ def _claim_row(c: dict, seeds: dict | None) -> str:
                 tally += f" (failed: {', '.join(map(str, mine['failed_seeds']))})"
     details = (f"theory {escape(format_value(c.get('theory')))}; simulation "
                f"{escape(format_value(c.get('simulation')))}; tolerance {escape(c.get('tolerance', ''))}")
+    if c.get("false_alarm") is not None:
+        details += f"; false-alarm rate {c['false_alarm']:.2g}"
     if c.get("alternative"):
         details += "; alternative: " + escape(discrimination_text(c["alternative"], c.get("holds")))
+    if c.get("power"):
+        details += "; power: " + escape(power_text(c["power"]))
     discriminates = "—"
     if c.get("alternative"):
         discriminates = "yes" if c["alternative"].get("rejected") else "<b>no</b>"
+    elif c.get("power"):
+        discriminates = "could see the effect" if c["power"].get("detects") else "<b>could not</b> see the effect"
     top = 'style="vertical-align:top"'
-    return (f"<tr><td {top}>{badge(_status(c))}</td><td {top}><code>{escape(c['id'])}</code></td><td {top}>{kind}</td>"
+    return (f"<tr><td {top}>{badge(status_of(c))}</td><td {top}><code>{escape(c['id'])}</code></td>"
+            f"<td {top}>{kind}</td>"
             f'<td style="vertical-align:top;width:50%"><details><summary>{escape(c["statement"])}</summary>'
             f"{details}</details></td><td {top}>{discriminates}</td><td {top}>{tally}</td></tr>")
 
@@ -91,13 +85,14 @@ def status_markdown(book: Book, profile: str) -> str:
         recon = [c for c in thm if c.get("source") == "reconstruction"]
         checks = [c for c in claims if c.get("kind") == "check"]
         emp = [c for c in claims if c.get("kind") == "empirical"]
-        lines.append(f"| {link} | {prov.get('runtime_s', 0):.0f} | {_count(paper)} | {_count(recon)} | "
-                     f"{_count(checks)} | {_count(emp)} |")
+        lines.append(f"| {link} | {prov.get('runtime_s', 0):.0f} | {counts(paper)} | {counts(recon)} | "
+                     f"{counts(checks)} | {counts(emp)} |")
         commits.add(prov.get("git", "?"))
         seeds = stored_summary(book, profile, ch)
         rows = "".join(_claim_row(c, seeds) for c in claims)
         head = "".join(f"<th>{h}</th>" for h in ("verdict", "claim", "kind", "statement (click for the numbers)",
-                                                   "rejects its alternative", "over seeds"))
+                                                   "rejects its alternative (theorem) / power (empirical)",
+                                                   "over seeds"))
         sections += [f"### {ch.number} · {ch.slug.split('-', 1)[1].replace('-', ' ')}", "",
                      f'<table class="status-claims" style="width:100%;font-size:0.9em"><thead><tr>{head}</tr>'
                      f"</thead><tbody>{rows}</tbody></table>",
@@ -106,9 +101,11 @@ def status_markdown(book: Book, profile: str) -> str:
     env_rows = ["| Python | torch | numpy | threads |", "|---|---|---|---|"]
     env_rows += [f"| {_cell(p)} | {_cell(t)} | {_cell(n)} | {_cell(th)} |" for p, t, n, th in sorted(
         envs, key=str)]
-    counts = ("Columns count the claims that held (theorems and checks) or were reproduced "
-              "(empirical) out of those recorded.")
-    return "\n".join([f"Profile: `{profile}`.", "", "## Chapters", "", counts, "", *lines, "", "## Claims", "",
+    legend = ("Theorem and check columns count the claims that held out of those recorded. The empirical "
+              "column gives each verdict: *reproduced* (the finding held), *not reproduced* (the experiment "
+              "could have seen the paper's effect and did not), *not tested* (it failed where the experiment "
+              "could not see the effect; its power record says why).")
+    return "\n".join([f"Profile: `{profile}`.", "", "## Chapters", "", legend, "", *lines, "", "## Claims", "",
                       *sections, "## Environment", "",
                       "Commit(s): " + ", ".join(f"`{c}`" for c in sorted(commits)), "", *env_rows, ""])
 
