@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -177,6 +178,23 @@ def _parameters_markdown(params: dict) -> str:
     return "| parameter | value |\n|---|---|\n" + rows
 
 
+#: An empty header cell, as pandas writes above and beside a table's index: it heads nothing, so
+#: it is published as an empty data cell (screen readers announce empty headers; axe-core's
+#: empty-table-header).
+_EMPTY_TH = re.compile(r"<th(\s[^>]*)?>(?:\s|&nbsp;)*</th>")
+
+
+def _without_empty_headers(cell: dict) -> dict:
+    outputs = []
+    for out in cell.get("outputs", []):
+        html = out.get("data", {}).get("text/html")
+        if html is not None:
+            html = _EMPTY_TH.sub(lambda m: f"<td{m.group(1) or ''}></td>", "".join(html))
+            out = {**out, "data": {**out["data"], "text/html": html}}
+        outputs.append(out)
+    return {**cell, "outputs": outputs} if "outputs" in cell else cell
+
+
 def publishable(nb: dict, slug: str, results: dict) -> dict:
     """An executed notebook as the book publishes it: without the runner's depfile cell and
     papermill's injected-parameters cell (the values it set are listed once, under Downloads,
@@ -190,7 +208,7 @@ def publishable(nb: dict, slug: str, results: dict) -> dict:
         source = "".join(cell.get("source", ""))
         if cell["cell_type"] == "code" and source.count("\n") + 1 > LONG_CELL_LINES and "parameters" not in tags:
             cell = {**cell, "metadata": {**cell.get("metadata", {}), "tags": [*tags, "hide-input"]}}
-        cells.append(cell)
+        cells.append(_without_empty_headers(cell))
     params = {k: v for k, v in results.get("parameters", {}).items() if k != "out_dir"}
     profile = results.get("profile", "?")
     downloads = ("## Downloads\n\n"
