@@ -20,8 +20,11 @@ import os
 from pathlib import Path
 
 from lib import plotting
-from lib.claims import Claims, to_jsonable
+from lib.claims import PROFILE_ENV, Claims, to_jsonable
+from lib.outputs import check_output, mark
 from lib.provenance import Stopwatch, summary
+
+PROFILES = ("quick", "default", "paper")
 
 _LITERAL = (int, float, str, bool, list, tuple, dict, type(None))
 _IPYTHON_NAMES = {"In", "Out", "exit", "quit", "get_ipython"}
@@ -49,16 +52,42 @@ def resolve_out_dir(out_dir: str | None, slug: str) -> Path:
     return path if path.is_absolute() else (CHAPTER_DIR / path).resolve()
 
 
+def run_profile(slug: str, parameters: dict) -> str:
+    """The profile this run really is: the runner's, or under plain papermill a ``profile``
+    parameter (``-p profile quick``) whose values the run must carry (papermill does not apply
+    them), else ``default``. ``parameters`` loses its ``profile`` entry."""
+    given = parameters.pop("profile", None)
+    if os.environ.get(PROFILE_ENV):
+        return os.environ[PROFILE_ENV]
+    if given is None:
+        return "default"
+    if given not in PROFILES:
+        raise ValueError(f"profile {given!r}: expected one of {', '.join(PROFILES)}")
+    import yaml
+
+    table = yaml.safe_load((CHAPTER_DIR.parent / "params" / f"{given}.yaml").read_text()) or {}
+    for name, value in (table.get(slug) or {}).items():
+        if parameters.get(name) != value:
+            raise ValueError(f"profile {given!r} sets {name} to {value!r}, this run has {parameters.get(name)!r}: "
+                             f"plain papermill does not apply a profile; run `companion params {slug[:2]} "
+                             f"--profile {given} > p.yaml` and pass `-f p.yaml`")
+    return given
+
+
 class Chapter:
     def __init__(self, slug: str, namespace: dict):
         self.slug = slug
         self.parameters = notebook_parameters(namespace)
+        self.profile = run_profile(slug, self.parameters)
         if "seed" not in self.parameters or not isinstance(self.parameters["seed"], int):
             raise ValueError("a chapter's parameters cell must define an integer `seed`")
         self.seed = self.parameters["seed"]
         self.out_dir = resolve_out_dir(self.parameters.get("out_dir"), slug)
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        self.claims = Claims(slug)
+        self.runner = bool(os.environ.get(PROFILE_ENV))  # the runner checked and marked out_dir
+        if not self.runner:  # plain papermill or Jupyter: the same rule as `companion run --out`
+            check_output(self.out_dir, slug, root=CHAPTER_DIR.parents[1])
+            mark(self.out_dir)
+        self.claims = Claims(slug, self.profile)
         self.stopwatch = Stopwatch()
         self._streams: dict[tuple[int, ...], tuple[int, ...]] = {}
         plotting.use_style()
@@ -126,11 +155,30 @@ class Chapter:
         path = self.claims.save(self.out_dir, metrics)
         doc = json.loads(path.read_text())
         doc["parameters"] = to_jsonable(self.parameters)
+        if not self.runner:  # the runner writes the full provenance; say what we know and what not
+            doc["provenance"] = self._provenance_outside_runner()
         path.write_text(json.dumps(doc, indent=1, allow_nan=False))
         failed = [c.id for c in self.claims.failed]
         if failed:  # the runner reports these too; say it where the notebook is read
             print(f"claims that do NOT hold: {', '.join(failed)}")
         return path
+
+    def _provenance_outside_runner(self) -> dict:
+        import sys
+        from datetime import UTC, datetime
+
+        from lib.provenance import ROOT, environment, git_commit
+
+        env = environment()
+        roots = [str(ROOT / d) + os.sep for d in ("lib", "kernels")]
+        deps = sorted({os.path.relpath(os.path.realpath(m.__file__), ROOT) for m in list(sys.modules.values())
+                       if getattr(m, "__file__", None)
+                       and any(os.path.realpath(m.__file__).startswith(r) for r in roots)})
+        started = datetime.now(UTC).timestamp() - self.stopwatch.elapsed
+        return {"git": git_commit(), "cache_key": None, "python": env["python"], "torch": env.get("torch"),
+                "numpy": env["numpy"], "started": datetime.fromtimestamp(started, UTC).isoformat(timespec="seconds"),
+                "runtime_s": round(self.stopwatch.elapsed, 2), "threads": env["threads"], "deps": deps,
+                "unknown": ["cache_key"], "executor": "papermill or Jupyter, outside `companion run`"}
 
     def provenance(self):
         return summary(self.parameters, self.stopwatch)

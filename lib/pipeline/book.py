@@ -22,7 +22,7 @@ from pathlib import Path
 
 from lib.claims import badge, counts, discrimination_text, format_value, power_text, status_of
 from lib.pipeline import records
-from lib.pipeline.chapters import Book
+from lib.pipeline.chapters import Book, UsageError
 from lib.pipeline.jb_guard import STAGE_MARKER
 from lib.pipeline.runner import stored
 
@@ -114,6 +114,8 @@ def status_markdown(book: Book, profile: str) -> str:
 def stage(book: Book, profile: str) -> Path:
     """Copy the book's sources into ``_build/stage`` with executed chapters and the status page."""
     dest = book.build_dir / "stage"
+    if dest.exists() and not (dest / STAGE_MARKER).is_file() and any(dest.iterdir()):
+        raise UsageError(f"{dest} was not staged by companion build (no {STAGE_MARKER}): move it away first")
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
     for name in ("_config.yml", "_toc.yml"):

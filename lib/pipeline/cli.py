@@ -23,18 +23,59 @@ claim held on every seed, 2 otherwise (or a run failed), 64 bad usage.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 from pathlib import Path
 
 from lib.pipeline.chapters import PROFILES, Book, UsageError
 from lib.pipeline import records
-from lib.pipeline.runner import CLAIM_FAILED, EXEC_FAILED, OK, USAGE, RunResult, is_fresh, resolve, run_many
+from lib.pipeline.runner import (CLAIM_FAILED, EXEC_FAILED, OK, USAGE, RunResult, check_scheduler, is_fresh,
+                                 output_dir, resolve, run_many)
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line and exit 64, as for every usage error
         raise UsageError(f"{self.prog}: {message}")
+
+
+MAX_JOBS = 256
+
+
+def _jobs(text: str) -> int:
+    """--jobs: a whole number of parallel runs, 1 to MAX_JOBS."""
+    try:
+        jobs = int(text)
+    except ValueError:
+        jobs = 0
+    if not 1 <= jobs <= MAX_JOBS:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 1 to {MAX_JOBS}, got {text!r}")
+    return jobs
+
+
+def _out(text: str) -> str:
+    """--out: kept as typed ('' must not become '.'), checked against the output rule later."""
+    return text
+
+
+def split_params(argv: list[str]) -> tuple[list[str], list[list[str]]]:
+    """Take ``-p NAME VALUE`` / ``--param NAME VALUE`` out of ``argv`` verbatim, so a value that
+    starts with a dash (``-inf``, ``-5``) is a value, never an option."""
+    rest, params, i = [], [], 0
+    while i < len(argv):
+        if argv[i] == "--":
+            rest += argv[i:]
+            break
+        if argv[i] in ("-p", "--param"):
+            if len(argv) - i < 3:
+                raise UsageError(f"companion: {argv[i]} takes two values, NAME VALUE")
+            params.append([argv[i + 1], argv[i + 2]])
+            i += 3
+            continue
+        rest.append(argv[i])
+        i += 1
+    return rest, params
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -47,9 +88,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("chapters", nargs="+", metavar="CH", help="number (1, 01) or slug; 'all'")
     run.add_argument("--profile", default="default", choices=PROFILES)
     run.add_argument("-p", "--param", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"))
-    run.add_argument("--out", type=Path, help="output directory (one chapter)")
+    run.add_argument("--out", type=_out, help="output folder (one chapter): new, empty, or an earlier run's")
     run.add_argument("--force", action="store_true", help="run even if cached")
-    run.add_argument("--jobs", type=int, default=1, help="chapters in parallel (cores are split)")
+    run.add_argument("--jobs", type=_jobs, default=1, help="chapters in parallel (cores are split)")
     run.add_argument("--scheduler", help="Dask scheduler address for the chapters' sweeps")
     run.add_argument("--dry-run", action="store_true",
                      help="resolve and validate the parameters, print them, execute nothing")
@@ -61,7 +102,7 @@ def _parser() -> argparse.ArgumentParser:
 
     build = sub.add_parser("build", help="run what is missing or stale, then build the HTML book")
     build.add_argument("--profile", default="default", choices=PROFILES)
-    build.add_argument("--jobs", type=int, default=1)
+    build.add_argument("--jobs", type=_jobs, default=1)
     build.add_argument("--force", action="store_true")
 
     status = sub.add_parser("status", help="per chapter: cached?, claims held, runtime")
@@ -71,7 +112,7 @@ def _parser() -> argparse.ArgumentParser:
     seeds.add_argument("chapters", nargs="+", metavar="CH", help="number (1, 01) or slug; 'all'")
     seeds.add_argument("--seeds", default="0-9", help="a range 0-9, a list 3,17,42, or both (0-4,17)")
     seeds.add_argument("--profile", default="default", choices=PROFILES)
-    seeds.add_argument("--jobs", type=int, default=1, help="runs in parallel (cores are split)")
+    seeds.add_argument("--jobs", type=_jobs, default=1, help="runs in parallel (cores are split)")
     seeds.add_argument("--scheduler", help="Dask scheduler address for the chapters' sweeps")
     seeds.add_argument("--force", action="store_true", help="run even if cached")
 
@@ -150,19 +191,23 @@ def cmd_list(book: Book, args) -> int:
     return OK
 
 
-def _check_writable(out: Path | None) -> None:
-    """Refuse an --out that cannot be created and written, before anything runs."""
-    if out is None:
-        return
+def _check_outputs(book: Book, chapters, profile: str, out: str | None) -> None:
+    """Refuse, before anything runs, an output folder a run may not write (lib.outputs) or one
+    whose parent cannot be created and written."""
     import tempfile
 
-    try:
-        parent = out.resolve().parent
-        parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=parent):
-            pass
-    except OSError as exc:
-        raise UsageError(f"--out {out}: cannot write there ({exc.strerror or exc}: {exc.filename})") from None
+    if out is not None and len(chapters) > 1:
+        raise UsageError("--out takes one chapter at a time")
+    for ch in chapters:
+        path = output_dir(book, ch, profile, out)
+        if out is None:
+            continue
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=path.parent):
+                pass
+        except OSError as exc:
+            raise UsageError(f"--out {out}: cannot write there ({exc.strerror or exc}: {exc.filename})") from None
 
 
 def cmd_params(book: Book, args) -> int:
@@ -177,7 +222,10 @@ def cmd_params(book: Book, args) -> int:
 def cmd_run(book: Book, args) -> int:
     overrides = dict(args.param)
     chapters = _select(book, args.chapters)
-    _check_writable(args.out)
+    for ch in chapters:
+        resolve(book, ch, args.profile, overrides)
+    _check_outputs(book, chapters, args.profile, args.out)
+    check_scheduler(args.scheduler)
     if args.dry_run:
         for ch in chapters:
             params = resolve(book, ch, args.profile, overrides)
@@ -188,6 +236,8 @@ def cmd_run(book: Book, args) -> int:
 
 
 def cmd_status(book: Book, args) -> int:
+    print(f"profile {args.profile} (runs in {book.build_dir / 'runs' / args.profile}; "
+          "--profile quick|default|paper for another)")
     for ch in book.chapters():
         params = resolve(book, ch, args.profile, {})
         fresh, doc = is_fresh(book, ch, params, book.run_dir(args.profile, ch))
@@ -229,7 +279,9 @@ def cmd_seeds(book: Book, args) -> int:
         for c in summary["claims"]:
             extra = f"  failed on seeds {c['failed_seeds']}" if c["failed_seeds"] else ""
             extra += f"  not run on {c['not_run']}" if c["not_run"] else ""
-            print(f"  {c['kind']:<9} {c['id']:<40} held {c['held']}/{len(seeds)}{extra}")
+            evaluated = len(seeds) - c.get("skipped", 0)
+            extra += f"  (not evaluated at {summary['profile']} on {c['skipped']})" if c.get("skipped") else ""
+            print(f"  {c['kind']:<9} {c['id']:<40} held {c['held']}/{evaluated}{extra}")
         ok &= all_held(summary, executed)
     return OK if ok else CLAIM_FAILED
 
@@ -241,19 +293,45 @@ def cmd_bench(book: Book, args) -> int:
 
 
 def cmd_clean(book: Book, args) -> int:
-    import shutil
-
+    """Remove the sweep points runs kept (``*.pkl`` under _build/points) and the folders they
+    leave empty; anything else found there is left alone and named."""
     points = book.build_dir / "points"
-    size = sum(p.stat().st_size for p in points.rglob("*") if p.is_file()) if points.exists() else 0
-    shutil.rmtree(points, ignore_errors=True)
-    print(f"removed {points} ({size / 1e6:.1f} MB)")
+    files = [p for p in points.rglob("*") if p.is_file() and not p.is_symlink()] if points.is_dir() else []
+    ours = [p for p in files if p.suffix == ".pkl" or p.suffix.startswith(".tmp")]
+    size = sum(p.stat().st_size for p in ours)
+    for p in ours:
+        p.unlink()
+    for folder in sorted((d for d in points.rglob("*") if d.is_dir()), key=lambda d: -len(d.parts)):
+        with contextlib.suppress(OSError):
+            folder.rmdir()  # only if empty
+    with contextlib.suppress(OSError):
+        points.rmdir()
+    print(f"removed {len(ours)} sweep points from {points} ({size / 1e6:.1f} MB)")
+    if kept := len(files) - len(ours):
+        print(f"left {kept} files there that no run wrote", file=sys.stderr)
     return OK
+
+
+def _notebook(path: Path) -> dict:
+    """The notebook at ``path``, or UsageError with one line saying why it is not one."""
+    if not path.is_file():
+        raise UsageError(f"strip: {path}: {'is not a file' if path.exists() else 'no such file'}")
+    if path.suffix != ".ipynb":
+        raise UsageError(f"strip: {path}: not a notebook (.ipynb)")
+    try:
+        nb = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise UsageError(f"strip: {path}: not a readable notebook ({type(exc).__name__})") from None
+    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list) or \
+            not all(isinstance(c, dict) and "cell_type" in c for c in nb["cells"]):
+        raise UsageError(f"strip: {path}: not a notebook (no list of cells)")
+    return nb
 
 
 def cmd_strip(book: Book, args) -> int:
     paths = args.notebooks or sorted(book.chapter_dir.glob("*.ipynb"))
-    for path in paths:
-        nb = json.loads(path.read_text())
+    notebooks = [(path, _notebook(path)) for path in paths]  # every file checked before any is written
+    for path, nb in notebooks:
         changed = False
         for cell in nb["cells"]:
             if cell["cell_type"] == "code" and (cell.get("outputs") or cell.get("execution_count")):
@@ -271,8 +349,14 @@ COMMANDS = {"list": cmd_list, "run": cmd_run, "params": cmd_params, "status": cm
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        params = []
+        if argv and argv[0] in ("run", "params"):
+            argv, params = split_params(argv)
         args = _parser().parse_args(argv)
+        if params:
+            args.param = params
         return COMMANDS[args.command](Book(), args)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -280,6 +364,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `companion list | head -1`: the reader has all it wants
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return OK
 
 
 if __name__ == "__main__":

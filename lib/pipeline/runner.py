@@ -1,8 +1,10 @@
 """Execute a chapter with papermill: cache, atomic outputs, provenance.
 
-A run writes ``<out>/``: the executed notebook ``<slug>.ipynb``, ``figures/`` and
-``results.json``. It executes in a temporary sibling directory and is moved into place only
-when complete, so a failed or killed run never leaves a half-written result.
+A run writes ``<out>/``: the executed notebook ``<slug>.ipynb``, ``figures/``,
+``results.json`` and a marker file. It writes only where :func:`lib.outputs.check_output`
+allows (a new or empty folder, or one an earlier run of the chapter wrote), executes in a
+temporary sibling folder and is moved into place only when complete, so a failed or killed run
+never leaves a half-written result. Two runs into one folder take turns (a lock beside it).
 
 The cache key hashes the notebook's cells, the resolved parameters, the pinned environment and
 the contents of the ``lib/`` and ``kernels/`` source files the chapter actually imported. Those
@@ -14,9 +16,11 @@ editing one paper's module re-runs only the chapters that import it, while the s
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -25,6 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from lib.claims import failing
+from lib.outputs import MARKER, UnsafeOutput, check_output, mark
 from lib.pipeline.chapters import Book, ChapterSource, UsageError
 from lib.sweep import POINTS_ENV, RUN_KEY_ENV
 from lib.provenance import environment, git_commit
@@ -124,10 +129,48 @@ def _exit_code(doc: dict) -> int:
 
 
 def _clean_stale_tmp(out_dir: Path) -> None:
+    """Remove the temporary folders of killed runs into ``out_dir`` (only marked ones)."""
     for tmp in out_dir.parent.glob(f".tmp-{out_dir.name}-*"):
         pid = tmp.name.rsplit("-", 1)[-1]
-        if not pid.isdigit() or int(pid) == os.getpid() or not _pid_alive(int(pid)):
+        if not (tmp / MARKER).is_file() or not pid.isdigit():
+            continue
+        if int(pid) == os.getpid() or not _pid_alive(int(pid)):
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def output_dir(book: Book, chapter: ChapterSource, profile: str, out: Path | str | None) -> Path:
+    """Where a run of ``chapter`` writes: ``out`` or the book's run folder, if a run may write
+    there (:func:`lib.outputs.check_output`); else UsageError with one line."""
+    try:
+        return check_output(book.run_dir(profile, chapter) if out is None else out, chapter.slug, book.root)
+    except UnsafeOutput as exc:
+        raise UsageError(f"--out: {exc}" if out is not None else str(exc)) from None
+
+
+@contextlib.contextmanager
+def exclusive(out_dir: Path):
+    """Hold the lock of ``out_dir`` (a file beside it, removed afterwards): a second run into the
+    same folder waits, says so, and then finds the first one's result in the cache."""
+    lock = out_dir.parent / f".{out_dir.name}.lock"
+    while True:
+        fd = os.open(lock, os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"waiting for another run writing {out_dir}", file=sys.stderr, flush=True)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        try:  # the holder before us may have removed the file we waited on
+            if os.stat(lock).st_ino == os.fstat(fd).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(lock)
+        os.close(fd)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -180,20 +223,29 @@ def run_chapter(book: Book, chapter: ChapterSource, profile: str = "default",
                 overrides: dict[str, str] | None = None, out: Path | None = None,
                 force: bool = False, progress: bool | dict = True) -> RunResult:
     """Run one chapter (or reuse a cached run); see the module docstring."""
+    params = resolve(book, chapter, profile, overrides or {})
+    out_dir = output_dir(book, chapter, profile, out)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    with exclusive(out_dir):
+        out_dir = output_dir(book, chapter, profile, out_dir)  # unchanged while we waited?
+        fresh, doc = is_fresh(book, chapter, params, out_dir)
+        if fresh and not force:
+            return RunResult(chapter, profile, out_dir, "cached", _exit_code(doc),
+                             doc["provenance"].get("runtime_s", 0.0), doc)
+        return _execute(book, chapter, profile, params, out_dir, progress)
+
+
+def _execute(book: Book, chapter: ChapterSource, profile: str, params: dict, out_dir: Path,
+             progress) -> RunResult:
     import papermill as pm
 
-    params = resolve(book, chapter, profile, overrides or {})
-    out_dir = Path(out).resolve() if out else book.run_dir(profile, chapter)
-    fresh, doc = is_fresh(book, chapter, params, out_dir)
-    if fresh and not force:
-        return RunResult(chapter, profile, out_dir, "cached", _exit_code(doc),
-                         doc["provenance"].get("runtime_s", 0.0), doc)
-
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
     _clean_stale_tmp(out_dir)
     tmp = out_dir.parent / f".tmp-{out_dir.name}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    if (tmp / MARKER).is_file():
+        shutil.rmtree(tmp)  # ours: this process's name, left by an earlier failure
+    elif tmp.exists():
+        raise UsageError(f"{tmp} is in the way of the run's temporary folder and was not made by a run")
+    mark(tmp)
     source = json.loads(chapter.path.read_text())
     source["cells"].append(_depfile_cell(book.root))
     (tmp / ".input.ipynb").write_text(json.dumps(source))
@@ -238,7 +290,8 @@ def run_chapter(book: Book, chapter: ChapterSource, profile: str = "default",
                          "deps": deps}
     (tmp / "results.json").write_text(json.dumps(doc, indent=1, allow_nan=False))
 
-    # Move into place: the old result (if any) goes only once the new one is complete.
+    # Move into place: the old result (if any; checked to be a run's) goes only once the new one
+    # is complete.
     trash = out_dir.parent / f".old-{out_dir.name}-{os.getpid()}"
     if out_dir.exists():
         os.replace(out_dir, trash)
@@ -269,9 +322,11 @@ def run_many(book: Book, chapters: list[ChapterSource], profile: str, overrides:
 def run_tasks(book: Book, tasks: list[tuple[ChapterSource, dict, Path | None]], profile: str, force: bool,
               jobs: int, scheduler: str | None, report) -> list[RunResult]:
     """Run (chapter, overrides, out) tasks, ``jobs`` at a time with the cores split between them.
-    Every task's parameters are validated before any kernel starts."""
-    for ch, overrides, _ in tasks:
+    Every task's parameters and output folder are validated before any kernel starts."""
+    for ch, overrides, out in tasks:
         resolve(book, ch, profile, overrides)
+        output_dir(book, ch, profile, out)
+    check_scheduler(scheduler)
     jobs = max(1, min(jobs, len(tasks)))
     # The cores are split between parallel chapters; COMPANION_THREADS, when set, wins.
     set_threads(int(os.environ.get("COMPANION_THREADS") or 0) or max(1, (os.cpu_count() or 1) // jobs))
@@ -296,6 +351,40 @@ def worker_environ() -> dict:
             if k != "MALLOC_TRIM_THRESHOLD_"}
 
 
+_ADDRESS = re.compile(r"(?:(?:tcp|tls)://)?(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):(\d{1,5})")
+
+
+def _local_workers(scheduler: str) -> int | None:
+    """N of ``local`` / ``local:N`` (None for an address); UsageError for a bad N."""
+    if not (scheduler == "local" or scheduler.startswith("local:")):
+        return None
+    try:
+        workers = int(scheduler.partition(":")[2] or os.cpu_count() or 1)
+        if not 1 <= workers <= 1024:
+            raise ValueError
+    except ValueError:
+        raise UsageError(f"--scheduler {scheduler}: expected local or local:N with N from 1 to 1024") from None
+    return workers
+
+
+def check_scheduler(scheduler: str | None, timeout: float = 5.0) -> None:
+    """Refuse, before any kernel starts, a --scheduler that is neither ``local[:N]`` nor the
+    address of a scheduler that answers (a TCP connection within ``timeout`` seconds)."""
+    import socket
+
+    if not scheduler or _local_workers(scheduler) is not None:
+        return
+    m = _ADDRESS.fullmatch(scheduler)
+    if not m or not 0 < int(m.group(2)) < 65536:
+        raise UsageError(f"--scheduler {scheduler}: expected local, local:N or an address like tcp://host:8786")
+    host = m.group(1).strip("[]")
+    try:
+        socket.create_connection((host, int(m.group(2))), timeout=timeout).close()
+    except OSError as exc:
+        raise UsageError(f"--scheduler {scheduler}: no scheduler answers there "
+                         f"({exc.strerror or type(exc).__name__})") from None
+
+
 @contextlib.contextmanager
 def _scheduler(scheduler: str | None):
     """Point the chapters' sweeps at a Dask scheduler: an address as given, or ``local[:N]`` for
@@ -303,16 +392,11 @@ def _scheduler(scheduler: str | None):
     if not scheduler:
         yield
         return
-    if not (scheduler == "local" or scheduler.startswith("local:")):
+    workers = _local_workers(scheduler)
+    if workers is None:
         os.environ["COMPANION_SCHEDULER"] = scheduler
         yield
         return
-    try:
-        workers = int(scheduler.partition(":")[2] or os.cpu_count() or 1)
-        if workers < 1:
-            raise ValueError
-    except ValueError:
-        raise UsageError(f"--scheduler {scheduler}: expected local or local:N with N ≥ 1") from None
     import dask
     from distributed import LocalCluster
 

@@ -4,9 +4,10 @@ Each (chapter, seed) is an ordinary cached run under ``_build/seeds/<profile>/<s
 the per-claim tally is written to ``_build/seeds/<profile>/<slug>/summary.json``::
 
     {"chapter": slug, "profile": profile, "seeds": [0, 1, ...],
-     "claims": [{"id", "kind", "held", "failed", "not_run", "failed_seeds"}]}
+     "claims": [{"id", "kind", "held", "failed", "skipped", "not_run", "failed_seeds"}]}
 
-``not_run`` counts the seeds whose run failed to execute or did not record the claim.
+``skipped`` counts the seeds whose run recorded the claim as not evaluated at its profile
+(``quick``); ``not_run`` the seeds whose run failed to execute or did not record the claim.
 """
 
 from __future__ import annotations
@@ -19,23 +20,33 @@ from lib.pipeline.chapters import Book, ChapterSource, UsageError
 from lib.pipeline.runner import RunResult, run_tasks
 
 
+MAX_SEED = 2**32 - 1  # every chapter's `seed` is ∈ [0, 4294967295]
+MAX_SEEDS = 1000  # seeds in one sweep (each is a full chapter run)
+
+
 def parse_seeds(text: str) -> list[int]:
-    """``0-9``, ``3,17,42`` or both mixed (``0-4,17``) → sorted distinct non-negative seeds."""
-    seeds: set[int] = set()
+    """``0-9``, ``3,17,42`` or both mixed (``0-4,17``) → sorted distinct seeds, each in
+    [0, MAX_SEED], at most MAX_SEEDS of them (checked before any range is expanded)."""
+    spans: list[tuple[int, int]] = []
     for part in text.split(","):
         part = part.strip()
         try:
-            if "-" in part:
-                lo, hi = (int(x) for x in part.split("-", 1))
-                if lo > hi:
-                    raise ValueError
-                seeds.update(range(lo, hi + 1))
-            else:
-                seeds.add(int(part))
+            lo, _, hi = part.partition("-")
+            lo, hi = int(lo), int(hi) if hi else int(lo)
+            if not 0 <= lo <= hi:
+                raise ValueError
         except ValueError:
-            raise UsageError(f"--seeds: expected a range like 0-9 or a list like 3,17,42, got {text!r}") from None
-    if not seeds or min(seeds) < 0:
-        raise UsageError(f"--seeds: seeds are non-negative integers, got {text!r}")
+            raise UsageError(f"--seeds: expected a range like 0-9 or a list like 3,17,42 of non-negative "
+                             f"integers, got {text!r}") from None
+        if hi > MAX_SEED:
+            raise UsageError(f"--seeds: seeds are at most {MAX_SEED}, got {hi}")
+        spans.append((lo, hi))
+    too_many = UsageError(f"--seeds: at most {MAX_SEEDS} seeds in one sweep (each is a full run), got {text!r}")
+    if any(hi - lo >= MAX_SEEDS for lo, hi in spans):
+        raise too_many
+    seeds = {s for lo, hi in spans for s in range(lo, hi + 1)}
+    if len(seeds) > MAX_SEEDS:
+        raise too_many
     return sorted(seeds)
 
 
@@ -48,7 +59,7 @@ def summarise(chapter: str, profile: str, seeds: list[int], results: dict[int, R
     (empty when the run failed)."""
     order: list[str] = []
     kinds: dict[str, str] = {}
-    outcome: dict[str, dict[int, bool | None]] = {}
+    outcome: dict[str, dict[int, bool | None]] = {}  # absent: not recorded on that seed
     for seed in seeds:
         for c in results.get(seed, {}).get("claims", []):
             if c["id"] not in kinds:
@@ -60,13 +71,14 @@ def summarise(chapter: str, profile: str, seeds: list[int], results: dict[int, R
         got = outcome[cid]
         failed = [s for s in seeds if got.get(s) is False]
         claims.append({"id": cid, "kind": kinds[cid], "held": sum(got.get(s) is True for s in seeds),
-                       "failed": len(failed), "not_run": sum(got.get(s) is None for s in seeds),
-                       "failed_seeds": failed})
+                       "failed": len(failed), "skipped": sum(s in got and got[s] is None for s in seeds),
+                       "not_run": sum(s not in got for s in seeds), "failed_seeds": failed})
     return {"chapter": chapter, "profile": profile, "seeds": seeds, "claims": claims}
 
 
 def all_held(summary: dict, executed: bool = True) -> bool:
-    """Every theorem and check claim held on every seed (and every seed ran)."""
+    """Every evaluated theorem and check claim held on every seed, and every seed ran (a claim
+    its profile skips is not a failure)."""
     return executed and all(c["failed"] == 0 and c["not_run"] == 0
                             for c in summary["claims"] if c["kind"] in MUST_HOLD)
 
