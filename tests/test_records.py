@@ -62,9 +62,9 @@ def test_chapter_page_and_table_show_the_record_and_say_when_it_is_stale(recorde
     assert 'class="claims-table"' in section and "<code>mean</code>" in section
     value = record["metrics"]["value"]
     assert f"| `value` | {records.format_value(value)} |" in section  # the recorded number, not a typed one
-    assert "2/2 theorem and check claims hold" in section
+    assert "2/2 claims hold" in section
     row = next(r for r in records.records_table(book).splitlines() if "chapters/99-fixture" in r)
-    assert row.endswith("; current |") and "`n`" in row and "2/2 theorem and check claims hold" in row
+    assert row.endswith("; current |") and "`n`" in row and "2/2 claims hold" in row
 
     fixture = recorded / "lib" / "fixture_paper.py"
     fixture.write_text(fixture.read_text() + "\n# an edit\n")
@@ -118,7 +118,7 @@ def test_verify_agrees_with_an_unchanged_rerun_and_exits_2_when_it_differs(recor
 
     fixture.write_text(fixture.read_text().replace(" + 0.5", " + 100.0"))
     out = companion("verify", "99", "--profile", "paper", root=recorded)
-    assert out.returncode == 2 and "claim mean: holds True in the record, False now" in out.stdout
+    assert out.returncode == 2 and "claim mean: holds in the record, FAILS now" in out.stdout
 
 
 def test_compare_allows_float_noise_and_timings_but_not_real_differences():

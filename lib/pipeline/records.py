@@ -25,7 +25,7 @@ from dataclasses import fields
 from html import escape
 from pathlib import Path
 
-from lib.claims import Claim, ClaimsTable, format_value
+from lib.claims import Claim, ClaimsTable, format_value, status_of, tally
 from lib.pipeline.chapters import Book, ChapterSource, UsageError
 from lib.pipeline.runner import ENV_FILES, cache_key, is_fresh, notebook_fingerprint, resolve
 
@@ -160,8 +160,9 @@ def _agree(a, b) -> bool:
 
 
 def compare(record: dict, doc: dict) -> list[str]:
-    """Where a rerun's results.json differs from the record: a claim's verdict (holds, and
-    whether its alternative is rejected), and each metric beyond RTOL/ATOL (timings exempt)."""
+    """Where a rerun's results.json differs from the record: a claim's word (holds, FAILS, an
+    empirical verdict) or whether its alternative is rejected, and each metric beyond RTOL/ATOL
+    (timings exempt)."""
     diffs = []
     old = {c["id"]: c for c in record["claims"]}
     new = {c["id"]: c for c in doc.get("claims", [])}
@@ -169,10 +170,11 @@ def compare(record: dict, doc: dict) -> list[str]:
         if cid not in new or cid not in old:
             diffs.append(f"claim {cid}: {'not in the rerun' if cid in old else 'not in the record'}")
             continue
-        for what, get in (("holds", lambda c: c.get("holds")),
-                          ("alternative rejected", lambda c: (c.get("alternative") or {}).get("rejected"))):
-            if get(old[cid]) != get(new[cid]):
-                diffs.append(f"claim {cid}: {what} {get(old[cid])} in the record, {get(new[cid])} now")
+        if status_of(old[cid]) != status_of(new[cid]):
+            diffs.append(f"claim {cid}: {status_of(old[cid])} in the record, {status_of(new[cid])} now")
+        rejected = [(c.get("alternative") or {}).get("rejected") for c in (old[cid], new[cid])]
+        if rejected[0] != rejected[1]:
+            diffs.append(f"claim {cid}: alternative rejected {rejected[0]} in the record, {rejected[1]} now")
     strip = lambda m: {k: v for k, v in (m or {}).items() if k != TIMINGS}  # noqa: E731
     old_m, new_m = flatten(strip(record.get("metrics"))), flatten(strip(doc.get("metrics")))
     for key in sorted(set(old_m) | set(new_m)):
@@ -188,21 +190,10 @@ def _minutes(seconds) -> str:
     return "—" if seconds is None else f"{seconds / 60:.1f} min"
 
 
-def _verdicts(claims: list[dict]) -> str:
-    """'5/6 theorem and check claims hold; 1/3 empirical reproduced' (skipped ones named apart)."""
-    parts = []
-    for label, kinds, verb in (("theorem and check claims", ("theorem", "check"), "hold"),
-                               ("empirical claims", ("empirical",), "reproduced")):
-        mine = [c for c in claims if c.get("kind") in kinds and c.get("holds") is not None]
-        if mine:
-            parts.append(f"{sum(c['holds'] for c in mine)}/{len(mine)} {label} {verb}")
-    skipped = sum(c.get("holds") is None for c in claims)
-    return "; ".join(parts + ([f"{skipped} not evaluated"] if skipped else [])) or "no claims"
-
-
 def _misses(claims: list[dict]) -> str:
-    ids = [f"`{c['id']}`" for c in claims if c.get("holds") is False]
-    return ("failed or not reproduced: " + ", ".join(ids)) if ids else ""
+    """The claims that did not hold, each with its word ('`x` (FAILS), `y` (not tested)')."""
+    missed = [f"`{c['id']}` ({status_of(c)})" for c in claims if c.get("holds") is False]
+    return ("not holding: " + ", ".join(missed)) if missed else ""
 
 
 def _times(prov: dict) -> str:
@@ -244,7 +235,7 @@ def chapter_section(book: Book, chapter: ChapterSource, profile: str = SHOWN) ->
                           for c in record["claims"]])._repr_html_()
     return "\n\n".join(filter(None, [
         head + f"From the recorded `{profile}` run ({_times(record['provenance'])}; "
-        f"{_where(record['provenance'])}): {_verdicts(record['claims'])}. "
+        f"{_where(record['provenance'])}): {tally(record['claims'])}. "
         f"{state} {{download}}`The record <../records/{profile}/{chapter.slug}.json>` holds every number; "
         f"`companion verify {chapter.number} --profile {profile}` reruns it and compares.",
         claims, _metrics_table(record.get("metrics", {}))]))
@@ -262,7 +253,7 @@ def records_table(book: Book, profile: str = SHOWN) -> str:
             continue
         stale = changes(book, ch, record)
         state = f"*stale* ({escape(', '.join(stale))} changed)".replace("|", "\\|") if stale else "current"
-        claims = "; ".join(filter(None, [_verdicts(record["claims"]), _misses(record["claims"])]))
+        claims = "; ".join(filter(None, [tally(record["claims"]), _misses(record["claims"])]))
         rows.append(f"| {link} | {changed} | {_times(record['provenance'])} | {claims} | "
                     f"{_where(record['provenance'])}; {state} |")
     return "\n".join(rows)
@@ -288,7 +279,7 @@ def cmd_record(book: Book, args) -> int:
     made = [make_record(book, ch, args.profile) for ch in _select(book, args.chapters)]  # all checked first
     for record in made:
         path = write(book, record)
-        print(f"{record['chapter']} [{args.profile}] recorded: {_verdicts(record['claims'])} "
+        print(f"{record['chapter']} [{args.profile}] recorded: {tally(record['claims'])} "
               f"→ {path.relative_to(book.root)}")
     return 0
 
