@@ -2,9 +2,11 @@
 
 A run writes a folder holding the executed notebook ``<slug>.ipynb``, ``figures/`` (PNG and SVG),
 ``results.json`` and a marker file, :data:`MARKER`. It writes only into a folder that is new,
-empty, or one a run of the same chapter wrote (its entries are exactly that layout). Anything
-else is refused before any work starts: a file, a folder holding anything a run did not write,
-the current folder, the repository, the home folder, or a folder above any of them.
+empty, or one a run of the same chapter wrote (it carries the marker and nothing but that
+layout; inside the book's own ``_build/`` the layout alone suffices, for runs made before the
+marker). Anything else is refused before any work starts: a file, a folder holding anything a
+run did not write, the current folder, the repository, the home folder, or a folder above any
+of them.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ def _protected(path: Path, root: Path | None) -> str | None:
     for place, name in places:
         if path == place:
             return f"is {name}"
+    for place, name in places:
         if place.is_relative_to(path):
             return f"is a folder above {name}"
     return None
