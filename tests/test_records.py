@@ -152,3 +152,11 @@ def test_a_stale_run_is_not_recorded(project):
     out = companion("record", "99", "--profile", "paper", root=project)
     assert out.returncode == 64 and "not of the current code and profile" in out.stderr
     assert not (project / "book" / "records").exists()
+
+
+def test_a_broken_record_is_reported_in_one_line_not_shown_as_missing(recorded):
+    path = recorded / "book/records/paper/99-fixture.json"
+    path.write_text(path.read_text()[:200])
+    out = companion("verify", "99", "--profile", "paper", root=recorded)
+    assert out.returncode == 64 and "is not a record of 99-fixture" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1

@@ -47,10 +47,22 @@ def record_path(book: Book, profile: str, chapter: ChapterSource) -> Path:
 
 
 def load(book: Book, profile: str, chapter: ChapterSource) -> dict | None:
-    try:
-        return json.loads(record_path(book, profile, chapter).read_text())
-    except (OSError, ValueError):
+    """The chapter's record at ``profile``; None when there is none, UsageError when it is not
+    a record (a hand-edited or truncated file is reported, never shown as "not yet recorded")."""
+    path = record_path(book, profile, chapter)
+    if not path.exists():
         return None
+    try:
+        record = json.loads(path.read_text())
+        ok = (record.get("record_version") == RECORD_VERSION and record.get("chapter") == chapter.slug
+              and {"parameters", "claims", "metrics", "inputs"} <= set(record)
+              and {"cache_key", "deps"} <= set(record.get("provenance", {})))
+    except (OSError, ValueError, AttributeError):
+        ok = False
+    if not ok:
+        raise UsageError(f"{path.relative_to(book.root)} is not a record of {chapter.slug} "
+                         f"(remake it with `companion record {chapter.number} --profile {profile}`)")
+    return record
 
 
 def _digest(data: bytes) -> str:
