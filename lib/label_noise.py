@@ -321,24 +321,28 @@ class History:
 
 
 def train(data: SignalNoiseData, test: SignalNoiseData | None, W0: np.ndarray, eta: float,
-          record: np.ndarray, reference_every: bool = False) -> History:
+          record: np.ndarray, reference_every: bool = False, keep_test: bool = False) -> History:
     """Run :class:`CoefficientGD` to ``record[-1]`` steps, recording at the steps ``record``
     (test accuracy NaN when ``test`` is None).
 
     With ``reference_every`` the weight-space reference :func:`gd_step` runs alongside, and at
     every recording step the projection of its weights is compared with the recursion's
-    coefficients (``extras["coef_rel_err"]``, ``extras["span_residual"]``).
+    coefficients (``extras["coef_rel_err"]``, ``extras["span_residual"]``). With ``keep_test``
+    it keeps which test points are classified right at every recording step
+    (``extras["test_right"]``, shape (T, n_test)), for paired comparisons between two times.
     """
     gd = CoefficientGD(W0, data, eta)
     tester = TestSet(gd, W0, test) if test is not None else None
     W = W0.copy()
     rec = {"margins": [], "test": [], "pos": [], "neg": [], "gmax": [], "rmax": [], "err": [],
-           "resid": []}
+           "resid": [], "right": []}
     targets = set(int(s) for s in record)
     for t in range(int(record[-1]) + 1):
         if t in targets:
             rec["margins"].append(gd.margins())
             acc = tester.class_accuracy() if tester else (np.nan,) * 3
+            if keep_test:
+                rec["right"].append(test.y * tester.output() > 0)
             for key, v in zip(("test", "pos", "neg"), acc):
                 rec[key].append(v)
             rec["gmax"].append(gd.coef.gamma.max())
@@ -353,6 +357,8 @@ def train(data: SignalNoiseData, test: SignalNoiseData | None, W0: np.ndarray, e
             if reference_every:
                 W = gd_step(W, data, eta)
     extras = {"test_acc_pos": np.array(rec["pos"]), "test_acc_neg": np.array(rec["neg"])}
+    if keep_test:
+        extras["test_right"] = np.array(rec["right"])
     if reference_every:
         extras |= {"coef_rel_err": np.array(rec["err"]), "span_residual": np.array(rec["resid"])}
     return History(steps=np.asarray(sorted(targets)), clean=data.clean,
@@ -362,7 +368,8 @@ def train(data: SignalNoiseData, test: SignalNoiseData | None, W0: np.ndarray, e
 
 def run_synthetic(tau: float, seed: int, *, base_seed: int, n: int, d: int, m: int, n_snr2: float,
                   sigma_xi: float, sigma0: float, eta: float, steps: int, n_test: int,
-                  record_points: int, reference: bool = False, tau_neg: float | None = None) -> dict:
+                  record_points: int, reference: bool = False, tau_neg: float | None = None,
+                  keep_test: bool = False) -> dict:
     """One chapter run: draw data (flip rates τ₊ = ``tau`` and τ₋ = ``tau_neg``, which defaults
     to ``tau``), a test set and W⁽⁰⁾ from the stream (base_seed, seed), train, and return the
     :class:`History` and the run's T₁. The draws do not depend on the flip rates: runs with and
@@ -381,8 +388,115 @@ def run_synthetic(tau: float, seed: int, *, base_seed: int, n: int, d: int, m: i
     # machine makes spinning BLAS threads very slow.
     with threadpool_limits(limits=1):
         history = train(data, test, W0, eta, log_steps(steps, record_points, extra=(t1,)),
-                        reference_every=reference)
+                        reference_every=reference, keep_test=keep_test)
     return {"history": history, "t1": t1, "mu_norm": mu_norm}
+
+
+def train_to_loss(data: SignalNoiseData, test: SignalNoiseData, W0: np.ndarray, eta: float,
+                  target_loss: float, max_steps: int, record_points: int = 30,
+                  check_every: int = 50) -> dict:
+    """Run :class:`CoefficientGD` until the mean training loss is at most ``target_loss``
+    (checked every ``check_every`` steps and at the recording steps) or ``max_steps`` is reached.
+
+    Returns the recording steps (log-spaced up to ``max_steps``, cut where training stopped,
+    plus the last step), the training loss, the test error against the true labels and the
+    training accuracy on the clean and on the noisy samples at each, and at the last step the
+    number of test errors, ``steps`` run and whether the target was ``reached``."""
+    gd = CoefficientGD(W0, data, eta)
+    tester = TestSet(gd, W0, test)
+    grid = set(int(s) for s in log_steps(max_steps, record_points))
+    clean = data.clean
+    rec: dict[str, list] = {"steps": [], "loss": [], "test_error": [], "clean_fit": [], "noisy_fit": []}
+    t, errors, loss = 0, 0, float("inf")
+    while True:
+        if t % check_every == 0 or t in grid or t >= max_steps:
+            margins = gd.margins()
+            loss = float(logistic_loss(margins).mean())
+            done = loss <= target_loss or t >= max_steps
+            if t in grid or done:
+                errors = int(np.sum(test.y * tester.output() <= 0))
+                fit = margins > 0
+                for key, v in (("steps", t), ("loss", loss), ("test_error", errors / test.n),
+                               ("clean_fit", fit[clean].mean() if clean.any() else np.nan),
+                               ("noisy_fit", fit[~clean].mean() if (~clean).any() else np.nan)):
+                    rec[key].append(v)
+            if done:
+                break
+        gd.step()
+        t += 1
+    out = {k: np.asarray(v, float) for k, v in rec.items()}
+    return out | {"steps": out["steps"].astype(int), "errors": errors, "n_test": test.n,
+                  "steps_run": t, "reached": bool(loss <= target_loss), "final_loss": loss}
+
+
+def run_to_loss(tau: float, rng: np.random.Generator, *, n: int, d: int, m: int, n_snr2: float,
+                sigma_xi: float, sigma0: float, eta: float, target_loss: float, max_steps: int,
+                n_test: int, record_points: int = 30) -> dict:
+    """One run of :func:`train_to_loss` on data (symmetric flips at rate ``tau``), a test set and
+    W⁽⁰⁾ drawn from ``rng``, in that order; adds the run's predicted T₁."""
+    from threadpoolctl import threadpool_limits
+
+    mu_norm = mu_norm_for(n_snr2, n, d, sigma_xi)
+    data = make_data(n, d, mu_norm, rng, sigma_xi=sigma_xi, tau_pos=tau, tau_neg=tau)
+    test = make_data(n_test, d, mu_norm, rng, sigma_xi=sigma_xi, mu=data.mu)
+    W0 = init_weights(m, d, sigma0, rng)
+    with threadpool_limits(limits=1):
+        out = train_to_loss(data, test, W0, eta, target_loss, max_steps, record_points)
+    return out | {"t1": t1_prediction(n, m, eta, sigma_xi, d), "n_noisy": int((~data.clean).sum())}
+
+
+def benign_exponent(n_snr2: float, n: int, d: int) -> float:
+    """n‖μ‖⁴/(σ_ξ⁴d) = (n·SNR²)²·d/n: Kou et al. (2023) put this model's overfitting on the
+    benign side (clean test error at most exp(−Ω(n‖μ‖⁴/(σ_ξ⁴d)))) when it is large."""
+    return n_snr2**2 * d / n
+
+
+# --------------------------------------------------------------------------- tests on counts
+
+
+def p_rate_at_least(errors: int, trials: int, rate: float) -> float:
+    """p-value of "every network's error rate is ≥ ``rate``" given ``errors`` of ``trials``
+    pooled test predictions: P(Binomial(trials, rate) ≤ errors). A sum of independent
+    binomials with rates ≥ ``rate`` is stochastically larger than Binomial(trials, rate), so
+    rejecting when this is below α has false-alarm rate at most α."""
+    from scipy.stats import binom
+
+    return float(binom.cdf(errors, trials, rate))
+
+
+def log10_p_rate_at_least(errors: int, trials: int, rate: float) -> float:
+    """log₁₀ of :func:`p_rate_at_least`, for p-values below the smallest float."""
+    from scipy.special import logsumexp
+    from scipy.stats import binom
+
+    return float(logsumexp(binom.logpmf(np.arange(errors + 1), trials, rate)) / math.log(10.0))
+
+
+def p_rate_at_most(errors: int, trials: int, rate: float) -> float:
+    """p-value of "the error rate is ≤ ``rate``": P(Binomial(trials, rate) ≥ errors)."""
+    from scipy.stats import binom
+
+    return float(binom.sf(errors - 1, trials, rate)) if errors > 0 else 1.0
+
+
+def p_rise(worse: int, better: int) -> float:
+    """Exact one-sided McNemar test on paired predictions of the same test points at two times:
+    ``worse`` turned from right to wrong, ``better`` from wrong to right. Under "no rise" a
+    changed point is at least as likely to have improved, so P(Binomial(worse + better, ½) ≥
+    worse) bounds the false-alarm rate."""
+    from scipy.stats import binom
+
+    k = worse + better
+    return float(binom.sf(worse - 1, k, 0.5)) if worse > 0 else 1.0
+
+
+def smallest_detectable_rise(better: int, trials: int, alpha: float) -> float:
+    """The smallest rise of the error rate, (worse − better)/trials, that :func:`p_rise` declares
+    at level ``alpha`` when ``better`` points improved: the least ``worse`` with p < α."""
+    worse = 1
+    while p_rise(worse, better) >= alpha:
+        worse += 1
+    return (worse - better) / trials
 
 
 # --------------------------------------------------------------------------- stages and uses

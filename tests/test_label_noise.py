@@ -238,3 +238,48 @@ def test_run_synthetic_asymmetric_flips_and_class_accuracy():
     share = np.mean(test.y > 0)
     np.testing.assert_allclose(a.test_accuracy, share * a.extras["test_acc_pos"]
                                + (1 - share) * a.extras["test_acc_neg"], atol=1e-12)
+
+
+def test_train_to_loss_stops_at_the_target_and_agrees_with_train():
+    data, W0 = small_problem(n=8, d=60, m=3, tau=0.25, sigma0=0.01)
+    test = M.make_data(50, 60, 2.0, np.random.default_rng(5), mu=data.mu)
+    out = M.train_to_loss(data, test, W0, eta=0.05, target_loss=0.3, max_steps=20000, check_every=7)
+    assert out["reached"] and out["final_loss"] <= 0.3 and out["loss"][-1] == out["final_loss"]
+    assert out["steps"][-1] == out["steps_run"]
+    # the same run by train(): same loss and test error at the last step
+    h = M.train(data, test, W0, 0.05, np.array([0, out["steps_run"]]))
+    assert M.logistic_loss(h.margins[-1]).mean() == pytest.approx(out["final_loss"], rel=1e-12)
+    assert 1 - h.test_accuracy[-1] == pytest.approx(out["errors"] / test.n)
+    # stopped by the cap when the target cannot be reached in time
+    capped = M.train_to_loss(data, test, W0, eta=0.05, target_loss=1e-9, max_steps=30)
+    assert not capped["reached"] and capped["steps_run"] == 30 and capped["steps"][-1] == 30
+
+
+def test_keep_test_matches_test_accuracy():
+    data, W0 = small_problem()
+    test = M.make_data(40, 30, 2.0, np.random.default_rng(3), mu=data.mu)
+    h = M.train(data, test, W0, 0.2, np.array([0, 3, 10]), keep_test=True)
+    np.testing.assert_allclose(h.extras["test_right"].mean(axis=1), h.test_accuracy)
+
+
+def test_count_tests_against_brute_force():
+    def pmf(k, n, p):
+        return math.comb(n, k) * p**k * (1 - p) ** (n - k)
+
+    assert M.p_rate_at_least(3, 20, 0.1) == pytest.approx(sum(pmf(k, 20, 0.1) for k in range(4)))
+    assert M.p_rate_at_most(3, 20, 0.1) == pytest.approx(sum(pmf(k, 20, 0.1) for k in range(3, 21)))
+    assert M.p_rate_at_most(0, 20, 0.1) == 1.0
+    assert M.log10_p_rate_at_least(3, 20, 0.1) == pytest.approx(math.log10(M.p_rate_at_least(3, 20, 0.1)))
+    assert M.log10_p_rate_at_least(0, 10_000, 0.1) == pytest.approx(10_000 * math.log10(0.9))
+    # McNemar: 9 worse, 1 better -> P(Bin(10, 1/2) >= 9) = 11/1024
+    assert M.p_rise(9, 1) == pytest.approx(11 / 1024)
+    assert M.p_rise(0, 5) == 1.0
+    # the smallest detectable rise: with no improvements, 10 worse points give p = 2^-10 < 1e-3
+    assert M.smallest_detectable_rise(0, 1000, 1e-3) == pytest.approx(10 / 1000)
+    r = M.smallest_detectable_rise(4, 1000, 1e-3)
+    worse = round(r * 1000) + 4
+    assert M.p_rise(worse, 4) < 1e-3 <= M.p_rise(worse - 1, 4)
+
+
+def test_benign_exponent():
+    assert M.benign_exponent(10.0, 100, 10_000) == pytest.approx(100 * 100)
