@@ -9,9 +9,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -139,6 +141,21 @@ def test_a_run_replaces_only_its_own_folder(project, tmp_path):
     assert snapshot(out_dir) == before
 
 
+def test_ctrl_c_is_one_line_and_leaves_nothing_behind(project, tmp_path):
+    out_dir = tmp_path / "interrupted"
+    env = {**os.environ, "COMPANION_ROOT": str(project), "PYTHONPATH": str(project)}
+    proc = subprocess.Popen([str(BIN / "companion"), "run", SLUG, "--profile", "quick", "--out", str(out_dir),
+                             "-p", "sleep_s", "60"], env=env, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    time.sleep(12)  # the kernel is up and inside the sleeping cell
+    os.killpg(proc.pid, signal.SIGINT)  # a terminal's Ctrl-C: the foreground process group
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and err.strip().endswith("interrupted"), err
+    assert "Traceback" not in err and "ZMQError" not in err, err
+    assert not out_dir.exists() and not list(tmp_path.glob(".*interrupted*"))
+
+
 def test_two_runs_into_one_folder_take_turns(project, tmp_path):
     out_dir = tmp_path / "shared"
     args = ("run", SLUG, "--profile", "quick", "--out", str(out_dir), "-p", "sleep_s", "4")
@@ -151,6 +168,7 @@ def test_two_runs_into_one_folder_take_turns(project, tmp_path):
     assert [r.returncode for r in results] == [0, 0], [r.stderr for r in results]
     said = "".join(r.stdout + r.stderr for r in results)
     assert "waiting for another run" in said and "cached" in said  # the second reused the first's result
+    assert "running over TCP" not in said  # the kernel's own log is not the user's terminal
     assert {p.name for p in out_dir.iterdir()} == {MARKER, "results.json", f"{SLUG}.ipynb"}  # the fixture draws no figure
     assert not list(tmp_path.glob(".shared.lock")) and not list(tmp_path.glob(".tmp-shared-*"))
 

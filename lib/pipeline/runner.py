@@ -37,6 +37,7 @@ from lib.provenance import environment, git_commit
 TRACKED_DIRS = ("lib", "kernels")
 ENV_FILES = ("constraints.txt", "pyproject.toml")
 DEPFILE = "deps.json"
+KERNEL_LOG = ".kernel.log"
 
 # Exit codes of `companion run` (docs/design.md).
 OK, EXEC_FAILED, CLAIM_FAILED, USAGE = 0, 1, 2, 64
@@ -219,6 +220,24 @@ def _check_device(device: str) -> None:
         raise UsageError(f"parameter 'device': {device!r} is not available on this machine")
 
 
+def _kernel_manager():
+    """The kernel manager papermill starts the chapter's kernel with: the kernel process's own
+    log goes to ``.kernel.log`` in the run's temporary folder, not to the user's terminal. That
+    log holds IPKernelApp's "running over TCP without encryption" warning (the kernel listens on
+    127.0.0.1 only, and every message carries the run's HMAC signature) and, after a Ctrl-C, the
+    traceback of a kernel torn down mid-cell. The notebook's own output and errors reach the
+    runner through kernel messages, as before; a failed run keeps the log beside its notebook."""
+    from jupyter_client.manager import AsyncKernelManager
+
+    class QuietKernelManager(AsyncKernelManager):
+        async def _async_launch_kernel(self, kernel_cmd, **kw):
+            with open(Path(kw.get("cwd") or os.getcwd()) / KERNEL_LOG, "ab") as log:
+                kw["stderr"] = log  # the kernel keeps its own copy of the descriptor
+                return await super()._async_launch_kernel(kernel_cmd, **kw)
+
+    return QuietKernelManager
+
+
 def run_chapter(book: Book, chapter: ChapterSource, profile: str = "default",
                 overrides: dict[str, str] | None = None, out: Path | None = None,
                 force: bool = False, progress: bool | dict = True) -> RunResult:
@@ -261,16 +280,20 @@ def _execute(book: Book, chapter: ChapterSource, profile: str, params: dict, out
     try:
         pm.execute_notebook(str(tmp / ".input.ipynb"), str(tmp / f"{chapter.slug}.ipynb"),
                             parameters=injected, kernel_name="python3", cwd=str(tmp),
-                            progress_bar=progress, log_output=False)
+                            progress_bar=progress, log_output=False, kernel_manager_class=_kernel_manager())
         doc = stored(tmp)
         if doc is None:
             raise RuntimeError("the notebook finished without writing results.json "
                                "(its last cells must call ch.save())")
+    except KeyboardInterrupt:  # Ctrl-C: nothing half-written is left behind
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     except Exception as exc:  # the notebook's failure, reported, never left as a result
         failed_nb = book.build_dir / "failed" / profile / f"{chapter.slug}.ipynb"
         failed_nb.parent.mkdir(parents=True, exist_ok=True)
-        if (tmp / f"{chapter.slug}.ipynb").exists():
-            shutil.copyfile(tmp / f"{chapter.slug}.ipynb", failed_nb)
+        for name, kept in ((f"{chapter.slug}.ipynb", failed_nb), (KERNEL_LOG, failed_nb.with_suffix(".kernel.log"))):
+            if (tmp / name).exists():
+                shutil.copyfile(tmp / name, kept)
         shutil.rmtree(tmp, ignore_errors=True)
         msg = _error_summary(exc) + f"\n(executed notebook kept at {failed_nb})"
         return RunResult(chapter, profile, out_dir, "failed", EXEC_FAILED,
@@ -279,8 +302,8 @@ def _execute(book: Book, chapter: ChapterSource, profile: str, params: dict, out
 
     deps = json.loads((tmp / DEPFILE).read_text())
     deps = sorted(os.path.relpath(d, book.root.resolve()) for d in deps)
-    (tmp / DEPFILE).unlink()
-    (tmp / ".input.ipynb").unlink()
+    for scratch in (DEPFILE, ".input.ipynb", KERNEL_LOG):
+        (tmp / scratch).unlink(missing_ok=True)
     env = environment()
     doc.update(chapter=chapter.slug, profile=profile, parameters=params)
     doc["provenance"] = {"git": git_commit(book.root), "cache_key": cache_key(book, chapter, params, deps),
