@@ -262,3 +262,34 @@ def test_post_train_is_deterministic_and_refuses_unknown_methods(tree):
     assert not np.array_equal(a["entropy"], other["entropy"])
     with pytest.raises(ValueError, match="unknown method"):
         M.post_train(s, "DPO", 10, 0.1, np.random.default_rng(0))
+
+
+def test_sign_test_by_hand():
+    assert M.sign_test_p([1, 2, 3, 4]) == 1 / 16
+    assert M.sign_test_p([1, 2, 3, -4]) == 5 / 16  # P(Bin(4, ½) ≥ 3)
+    assert M.sign_test_p([1, 2, 3, 0]) == 5 / 16  # a tie counts as not positive
+
+
+def test_one_sample_t_helpers_against_scipy():
+    from scipy import stats
+
+    x = np.random.default_rng(3).normal(0.3, 1.0, 12)
+    assert np.isclose(M.mean_above_p(x, 0.1), stats.ttest_1samp(x, 0.1, alternative="greater").pvalue)
+    # a mean exactly the detectable shift above the value sits at the test's level
+    shift = M.detectable_shift(x, 0.01)
+    assert np.isclose(M.mean_above_p(x, x.mean() - shift), 0.01)
+
+
+def test_hard_summary_and_kl_beta_run(tree):
+    t = tree[0]
+    s = log_setting(t, t.task("TASK1"))
+    pi = M.path_probs(M.softmax(s.ref_logits), s.paths)
+    mass, pass30 = M.hard_summary(pi, s)
+    assert np.isclose(mass, M.coverage(pi, s.classes)[M.HARD])
+    assert np.isclose(pass30, M.pass_at_k(pi, s.rex, [30], s.classes, only_hard=True)[0])
+    # a strong KL penalty keeps about the tilt's hard mass; a weak one squeezes it
+    strong = M.kl_beta_run(1.0, 0, s, steps=300, lr=0.25, group=4)
+    weak = M.kl_beta_run(0.02, 0, s, steps=300, lr=0.25, group=4)
+    tilt_mass = M.hard_summary(M.kl_tilt(pi, s.rex, 1.0), s)[0]
+    assert abs(strong["hard"] - tilt_mass) < 0.03 and weak["hard"] < strong["hard"] / 2
+    assert strong == M.kl_beta_run(1.0, 0, s, steps=300, lr=0.25, group=4)

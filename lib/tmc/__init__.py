@@ -24,7 +24,8 @@ Modules, in import order:
 Everything the chapter and its tests use is re-exported here (``from lib import tmc as M``).
 """
 
-from lib.tmc.experiments import draw_tree, stream, train_run, trajectory, tree_squeeze
+from lib.tmc.experiments import (detectable_shift, draw_tree, hard_summary, kl_beta_run, mean_above_p,
+                                 sign_test_p, stream, train_run, trajectory, tree_squeeze)
 from lib.tmc.methods import TRAINERS, post_train
 from lib.tmc.odes import expected_update, kl_tilt, mean_field, path_weights
 from lib.tmc.policy import pretrain, sample_chains, sampled_pass_at_k, score_sum, softmax, step
@@ -37,7 +38,8 @@ from lib.tmc.tree import (CLASS_NAMES, EASY, HARD, INVALID, LOW_WEIGHT, TMC, Mat
 
 __all__ = [
     "CLASS_NAMES", "EASY", "HARD", "INVALID", "LOW_WEIGHT", "TMC", "TRAINERS", "Matrices", "Setting",
-    "Task", "binomial_pvalues", "classify", "correct_sets", "coverage", "dprm_h_transform", "draw_tree",
+    "Task", "binomial_pvalues", "classify", "correct_sets", "coverage", "detectable_shift", "dprm_h_transform",
+    "draw_tree", "hard_summary", "kl_beta_run", "mean_above_p", "sign_test_p",
     "edge_probabilities", "expected_update", "hard_instances", "kl_tilt", "mean_field",
     "orm_best_of_n", "paper_tmc", "pass_at_k", "pass_at_k_estimate", "path_entropy", "path_index",
     "path_probs", "path_weights", "paths_from", "post_train", "pretrain", "prm_greedy", "random_tmc",

@@ -107,3 +107,46 @@ def draw_tree(ax, tmc: TMC, trans: Matrices, title: str | None = None) -> None:
         side.set_visible(False)
     if title:
         ax.set_title(title)
+
+
+def kl_beta_run(beta: float, seed: int, setting: Setting, steps: int, lr: float, root: int = 0,
+                ks=(30,), **hyper) -> dict:
+    """One KL-GRPO run at penalty ``beta`` summarised at its end (hard-chain mass, pass@K on all
+    and on hard instances at the largest K of ``ks``), from the stream of (β, seed)."""
+    history = post_train(setting, "KL-GRPO", steps, lr, stream(root, "kl-beta", beta, seed), steps,
+                         beta=beta, **hyper)
+    return {"hard": float(coverage(path_probs(softmax(history[-1]), setting.paths), setting.classes)[HARD]),
+            **{key: float(value[-1]) for key, value in trajectory(setting, history, ks=ks).items()
+               if key in ("pass", "pass_hard")}}
+
+
+def hard_summary(pi: np.ndarray, setting: Setting, k: int = 30) -> tuple[float, float]:
+    """A path distribution's hard-chain mass and its pass@k on hard instances (exact)."""
+    return (float(coverage(pi, setting.classes)[HARD]),
+            float(pass_at_k(pi, setting.rex, [k], setting.classes, only_hard=True)[0]))
+
+
+def sign_test_p(diff) -> float:
+    """One-sided exact sign test that positive differences are more likely than negative ones:
+    P(Binomial(n, ½) ≥ #positive), ties counted as not positive (conservative)."""
+    from scipy import stats
+
+    d = np.asarray(diff, float)
+    return float(stats.binom.sf(int((d > 0).sum()) - 1, d.size, 0.5))
+
+
+def mean_above_p(x, value: float) -> float:
+    """One-sided p-value of a one-sample t-test that the mean of ``x`` exceeds ``value``."""
+    from scipy import stats
+
+    x = np.asarray(x, float)
+    return float(stats.t.sf((x.mean() - value) / (x.std(ddof=1) / np.sqrt(x.size)), x.size - 1))
+
+
+def detectable_shift(x, level: float) -> float:
+    """The smallest mean shift a one-sided one-sample t-test at ``level`` detects with
+    probability ½ (the critical value times the standard error of ``x``'s mean)."""
+    from scipy import stats
+
+    x = np.asarray(x, float)
+    return float(stats.t.isf(level, x.size - 1) * x.std(ddof=1) / np.sqrt(x.size))
