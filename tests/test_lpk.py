@@ -213,8 +213,9 @@ def test_data():
     assert a.X.shape == (100, 64) and a.X_test.shape[0] + 100 == 361
     torch.testing.assert_close(a.X.norm(dim=1), torch.ones(100, dtype=L.DTYPE))
     assert set(a.y.tolist()) == {-1.0, 1.0} and a.flipped == 0
+    # the 2023 protocol: ⌊n·p⌋ labels replaced by uniform ones, so about n·p/2 change
     noisy = L.gaussian_mixture(4000, noise=0.5, n_test=10, seed=0)
-    assert abs(noisy.flipped / 4000 - 0.5) < 0.03
+    assert abs(noisy.flipped / 4000 - 0.25) < 0.02
     with pytest.raises(ValueError):
         L.digits_1v7(400)
     with pytest.raises(ValueError):
@@ -243,3 +244,54 @@ def test_run_sweeps_shares_configurations():
     one = L.run("gaussian", 12, 4, 0.0, 1, 2.0, 1.0)
     row = runs[(runs.sweep == "a") & (runs.n == 12) & (runs.seed == 1)].iloc[0]
     assert row.gap == one["gap"]
+
+
+def test_label_noise_replaces_a_fraction_by_random_labels():
+    y = np.ones(1000)
+    rng = np.random.default_rng(0)
+    out, changed = L._flip(y, 0.3, rng)
+    assert changed == int(np.sum(out != y)) and set(np.unique(out)) <= {-1.0, 1.0}
+    assert 100 <= changed <= 200            # Binomial(300, ½): mean 150, sd 8.7
+    all_random, _ = L._flip(y, 1.0, np.random.default_rng(1))
+    assert abs(np.mean(all_random == 1.0) - 0.5) < 0.06
+    # exactly ⌊n·p⌋ labels are redrawn: with y = +1 everywhere and redraws forced to −1, the count shows
+    class Forced:
+        def choice(self, a, size, replace=True):
+            return np.arange(size) if np.ndim(a) == 0 else np.full(size, -1.0)
+    out, changed = L._flip(np.ones(10), 0.35, Forced())
+    assert changed == 3 and out.tolist() == [-1, -1, -1] + [1] * 7
+
+
+def test_kendall_tools_against_brute_force():
+    import itertools
+    import math
+
+    # S and its null distribution by enumerating permutations
+    for k in (2, 3, 4, 5):
+        counts = {}
+        for perm in itertools.permutations(range(k)):
+            s = L.kendall_s(range(k), perm)
+            counts[s] = counts.get(s, 0) + 1
+        null = L.kendall_s_null(k)
+        assert set(null) == set(counts)
+        for s, c in counts.items():
+            assert null[s] == pytest.approx(c / math.factorial(k))
+    x, y = [1, 2, 3, 4], [1, 3, 2, 4]
+    assert L.kendall_s(x, y) == 4 and L.kendall_tau(x, y) == pytest.approx(4 / 6)
+    # stratified: two strata of 3; p-value by enumerating both strata's permutations
+    xs, ys, strata = [1, 2, 3, 1, 2, 3], [1, 2, 3, 2, 1, 3], [0, 0, 0, 1, 1, 1]
+    out = L.stratified_kendall(xs, ys, strata)
+    assert out["S"] == 3 + 1 and out["pairs"] == 6 and out["tau"] == pytest.approx(4 / 6)
+    tot = [L.kendall_s(range(3), a) + L.kendall_s(range(3), b)
+           for a in itertools.permutations(range(3)) for b in itertools.permutations(range(3))]
+    assert out["p"] == pytest.approx(np.mean(np.array(tot) >= 4))
+    # with 36 equally likely arrangements no p-value reaches 1e-3: nothing is detectable
+    assert math.isnan(out["critical"])
+    big = L.stratified_kendall(np.tile(np.arange(6), 4), np.tile(np.arange(6), 4), np.repeat(np.arange(4), 6),
+                               alpha=1e-3)
+    assert big["tau"] == 1 and big["p"] == pytest.approx((1 / 720) ** 4) and big["critical"] < 1
+    # partial τ by hand
+    x, y, z = [1, 2, 3, 4, 5], [2, 1, 4, 3, 5], [1, 2, 3, 5, 4]
+    txy, txz, tyz = 0.6, 0.8, 0.4
+    assert L.partial_kendall(x, y, z) == pytest.approx((txy - txz * tyz) / math.sqrt((1 - txz**2) * (1 - tyz**2)))
+    assert math.isnan(L.partial_kendall([1, 2, 3], [3, 1, 2], [4, 5, 6]))
