@@ -8,7 +8,8 @@ STAMP   := $(VENV)/.installed
 PROFILE ?= default
 JOBS    ?= 1
 CH      ?=
-# GPU=1 adds Triton (about 1 GB, Linux only) for the CUDA kernels; the book needs none of it.
+# GPU=1 adds Triton for the CUDA kernels; the book needs none of it. (`make test` installs Triton
+# anyway, on x86-64 Linux, for its CPU interpreter: the Triton kernel's tests run without a GPU.)
 GPU     ?=
 comma   := ,
 EXTRAS  := test$(if $(GPU),$(comma)gpu)
@@ -37,11 +38,13 @@ bench: venv
 	@mkdir -p _build/bench
 	$(BIN)/companion bench swr --plot _build/bench/swr-bench.png --csv _build/bench/swr-bench.csv
 
+# `make test`: every tier, with the slowest tests listed at the end.
 test: venv chromium
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest --durations=25
 
+# The unit tier: in-process tests only (no subprocess, kernel, cluster or build).
 test-fast: venv
-	$(BIN)/python -m pytest -m "not slow and not browser"
+	$(BIN)/python -m pytest -m "not slow and not browser and not integration" --durations=10
 
 lint: venv
 	$(BIN)/ruff check lib kernels tests

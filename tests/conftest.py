@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import shutil
 import subprocess
@@ -23,6 +24,29 @@ def companion(*args: str, root: Path = ROOT, timeout: float = 3600, env: dict | 
         full_env["PYTHONPATH"] = os.pathsep.join([str(root), full_env.get("PYTHONPATH", "")])
     return subprocess.run([str(BIN / "companion"), *args], cwd=root, env=full_env, text=True,
                           capture_output=True, timeout=timeout, **kw)
+
+
+#: What makes a test an integration test: fixtures that run the CLI or the book, and calls that
+#: start another process, a kernel or a cluster.
+INTEGRATION_FIXTURES = {"project", "default_book"}
+INTEGRATION_CALLS = ("companion(", "papermill(", "subprocess.", "execute_notebook(", "LocalCluster(",
+                     "build_html(", "run_chapter(", "sync_playwright(")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark every test that starts a process (directly, or through a fixture or helper named
+    above) as ``integration``, so ``make test-fast`` (``-m "not slow and not browser and not
+    integration"``) is the unit tier: in-process, no kernel, no cluster, no build."""
+    for item in items:
+        if item.get_closest_marker("integration"):
+            continue
+        try:
+            source = inspect.getsource(item.function)
+        except (OSError, TypeError):
+            source = ""
+        if INTEGRATION_FIXTURES & set(getattr(item, "fixturenames", ())) or \
+                any(call in source for call in INTEGRATION_CALLS):
+            item.add_marker(pytest.mark.integration)
 
 
 @pytest.fixture(autouse=True, scope="session")

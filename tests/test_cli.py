@@ -286,8 +286,9 @@ def test_seeds_tallies_every_claim_over_seeds(project):
     assert summary["chapter"] == "99-fixture" and summary["profile"] == "quick"
     assert summary["seeds"] == [0, 1, 2, 7]
     assert summary["claims"] == [
-        {"id": "mean", "kind": "theorem", "held": 4, "failed": 0, "not_run": 0, "failed_seeds": []},
-        {"id": "n-positive", "kind": "check", "held": 4, "failed": 0, "not_run": 0, "failed_seeds": []}]
+        {"id": "mean", "kind": "theorem", "held": 4, "failed": 0, "skipped": 0, "not_run": 0, "failed_seeds": []},
+        {"id": "n-positive", "kind": "check", "held": 4, "failed": 0, "skipped": 0, "not_run": 0,
+         "failed_seeds": []}]
     assert "held 4/4" in out.stdout
     # each seed is an ordinary cached run with its own seed
     seed7 = json.loads((project / "_build" / "seeds" / "quick" / "99-fixture" / "seed-7" / "results.json").read_text())

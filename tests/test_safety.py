@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIN, ROOT, companion
+from conftest import BIN, companion
 from lib.outputs import MARKER, UnsafeOutput, check_output
 from lib.pipeline.seeds import all_held, parse_seeds, summarise
 from lib.pipeline.chapters import UsageError
@@ -169,7 +169,8 @@ def test_two_runs_into_one_folder_take_turns(project, tmp_path):
     said = "".join(r.stdout + r.stderr for r in results)
     assert "waiting for another run" in said and "cached" in said  # the second reused the first's result
     assert "running over TCP" not in said  # the kernel's own log is not the user's terminal
-    assert {p.name for p in out_dir.iterdir()} == {MARKER, "results.json", f"{SLUG}.ipynb"}  # the fixture draws no figure
+    # the whole run, and nothing else (the fixture draws no figure)
+    assert {p.name for p in out_dir.iterdir()} == {MARKER, "results.json", f"{SLUG}.ipynb"}
     assert not list(tmp_path.glob(".shared.lock")) and not list(tmp_path.glob(".tmp-shared-*"))
 
 
