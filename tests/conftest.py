@@ -30,7 +30,7 @@ def companion(*args: str, root: Path = ROOT, timeout: float = 3600, env: dict | 
 #: start another process, a kernel or a cluster.
 INTEGRATION_FIXTURES = {"project", "default_book"}
 INTEGRATION_CALLS = ("companion(", "papermill(", "subprocess.", "execute_notebook(", "LocalCluster(",
-                     "build_html(", "run_chapter(", "sync_playwright(")
+                     "Client(", "_scheduler(", "build_html(", "run_chapter(", "sync_playwright(")
 
 
 def pytest_collection_modifyitems(config, items):
