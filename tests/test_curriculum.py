@@ -465,3 +465,14 @@ def test_solve_time_freezes_at_huge_steps_and_is_deterministic():
     assert np.isfinite(r["solved_at"]) and r["frozen_at"] is None and r["accuracy"] >= 0.99
     assert C.solve_point(2, 6, "depth", 0, lr=1e5, budget=1024, batch=32, n_test=256) == \
         C.solve_point(2, 6, "depth", 0, lr=1e5, budget=1024, batch=32, n_test=256)
+
+
+def test_test_accuracy_scores_a_tied_depth_as_no_choice():
+    tree = C.parity(4, 2)
+    x = tree.sample_inputs(np.random.default_rng(0), (256,))
+    right = np.full((2, 4), -5.0)
+    right[0, 0] = right[1, 1] = 5.0
+    assert C.test_accuracy(tree, right, x) == 1.0
+    untrained = right.copy()
+    untrained[0] = 0.0  # depth 1 tied: its argmax would be index 0, the target's, by accident
+    assert C.test_accuracy(tree, untrained, x) == 0.0

@@ -13,12 +13,15 @@ from lib.stats import softmax
 
 
 def test_accuracy(tree: ReasoningTree, logits: np.ndarray, x_test: np.ndarray) -> np.ndarray:
-    """Accuracy of each greedy chain on a fixed test set of inputs: ``logits (..., k, d)``."""
-    path, _ = greedy(logits)
+    """Accuracy of each greedy chain on a fixed test set of inputs: ``logits (..., k, d)``.
+    A depth whose largest logit is tied (e.g. one never trained) has no greedy choice, so the
+    policy scores 0 there, as in the one-step protocol (ties are not a choice): otherwise the
+    first index would win every tie and score whatever that index happens to do."""
+    path, unique = greedy(logits)
     batch = path.shape[:-1]
     z = tree.prefix_answers(x_test[None], path.reshape(-1, 1, tree.k))[..., -1]  # (B, n_test)
     z_star = tree.prefix_answers(x_test[None], tree.target_paths((1, 1)))[..., -1]
-    return (z == z_star).mean(axis=-1).reshape(batch)
+    return np.where(unique.all(axis=-1), (z == z_star).mean(axis=-1).reshape(batch), 0.0)
 
 
 def train(tree: ReasoningTree, route: str, *, seeds: int, budget: int, batch: int, lr: float,
@@ -172,7 +175,8 @@ def solve_time(tree: ReasoningTree, route: str, *, budget: int, batch: int, lr: 
     seen: dict[tuple, float] = {}
 
     def accuracy() -> float:
-        chain = tuple(theta[0].argmax(axis=-1))
+        path, unique = greedy(theta[0])
+        chain = (*path.tolist(), bool(unique.all()))
         if chain not in seen:
             seen[chain] = float(test_accuracy(tree, theta, x_test)[0])
         return seen[chain]
