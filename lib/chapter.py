@@ -15,12 +15,11 @@ numpy's and torch's global generators from ``seed`` and sets torch's thread coun
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
-from lib import plotting
-from lib.claims import PROFILE_ENV, Claims, to_jsonable
+from lib import plotting, run
+from lib.claims import Claims
 from lib.outputs import check_output, mark
 from lib.provenance import Stopwatch, summary
 
@@ -57,8 +56,8 @@ def run_profile(slug: str, parameters: dict) -> str:
     parameter (``-p profile quick``) whose values the run must carry (papermill does not apply
     them), else ``default``. ``parameters`` loses its ``profile`` entry."""
     given = parameters.pop("profile", None)
-    if os.environ.get(PROFILE_ENV):
-        return os.environ[PROFILE_ENV]
+    if (context := run.current()) is not None:
+        return context.profile
     if given is None:
         return "default"
     if given not in PROFILES:
@@ -83,7 +82,7 @@ class Chapter:
             raise ValueError("a chapter's parameters cell must define an integer `seed`")
         self.seed = self.parameters["seed"]
         self.out_dir = resolve_out_dir(self.parameters.get("out_dir"), slug)
-        self.runner = bool(os.environ.get(PROFILE_ENV))  # the runner checked and marked out_dir
+        self.runner = run.current() is not None  # the runner checked and marked out_dir
         if not self.runner:  # plain papermill or Jupyter: the same rule as `companion run --out`
             check_output(self.out_dir, slug, root=CHAPTER_DIR.parents[1])
             mark(self.out_dir)
@@ -105,7 +104,7 @@ class Chapter:
         except ImportError:
             return
         torch.manual_seed(self.seed)
-        threads = int(os.environ.get("COMPANION_THREADS", "0"))
+        threads = run.current().threads if self.runner else 0
         if threads > 0:
             torch.set_num_threads(threads)
 
@@ -151,13 +150,10 @@ class Chapter:
         plt.close(fig)
 
     def save(self, metrics: dict | None = None) -> Path:
-        """Write results.json: chapter, profile, parameters, claims, metrics."""
-        path = self.claims.save(self.out_dir, metrics)
-        doc = json.loads(path.read_text())
-        doc["parameters"] = to_jsonable(self.parameters)
-        if not self.runner:  # the runner writes the full provenance; say what we know and what not
-            doc["provenance"] = self._provenance_outside_runner()
-        path.write_text(json.dumps(doc, indent=1, allow_nan=False))
+        """Write results.json (lib.results): chapter, profile, parameters, claims, metrics, and
+        outside the runner (which writes the full provenance) what provenance the notebook knows."""
+        path = self.claims.save(self.out_dir, metrics, self.parameters,
+                                None if self.runner else self._provenance_outside_runner())
         failed = [c.id for c in self.claims.failed]
         if failed:  # the runner reports these too; say it where the notebook is read
             print(f"claims that do NOT hold: {', '.join(failed)}")

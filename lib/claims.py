@@ -61,7 +61,6 @@ the status page say the same thing.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Callable
@@ -71,11 +70,11 @@ from typing import Any
 
 import numpy as np
 
+from lib.results import SCHEMA_VERSION  # noqa: F401  (re-exported for the tests and the pipeline)
+
 KINDS = ("theorem", "check", "empirical")
 MUST_HOLD = ("theorem", "check")  # kinds whose failure fails a run
 SOURCES = ("paper", "reconstruction")
-PROFILE_ENV = "COMPANION_PROFILE"
-SCHEMA_VERSION = 2
 #: An empirical claim's verdict: it held; it failed where the experiment could see the paper's
 #: effect; it failed where the experiment could not (its power statement says why).
 REPRODUCED, NOT_REPRODUCED, NOT_TESTED = VERDICTS = ("reproduced", "not reproduced", "not tested")
@@ -87,8 +86,11 @@ MAX_FALSE_ALARM = 1e-3
 
 
 def current_profile() -> str:
-    """The profile the runner executes this notebook under (``default`` in a plain Jupyter run)."""
-    return os.environ.get(PROFILE_ENV, "default")
+    """The profile the runner executes this notebook under (``default`` outside the runner)."""
+    from lib import run
+
+    context = run.current()
+    return context.profile if context else "default"
 
 
 @dataclass
@@ -395,19 +397,19 @@ class Claims:
         """The claims table for display in the chapter (an HTML table that wraps long text)."""
         return ClaimsTable(self.claims)
 
-    def save(self, out_dir: str | os.PathLike, metrics: dict | None = None) -> Path:
-        """Write results.json (the runner adds parameters and provenance afterwards)."""
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        path = out / "results.json"
-        previous = json.loads(path.read_text()) if path.exists() else {}
-        doc = {"schema_version": SCHEMA_VERSION, "chapter": self.chapter, "profile": self.profile,
-               "parameters": previous.get("parameters", {}),
-               "claims": [claim_record(c) for c in self.claims],
-               "metrics": to_jsonable(metrics or {}),
-               "provenance": previous.get("provenance", {})}
-        path.write_text(json.dumps(doc, indent=1, allow_nan=False))
-        return path
+    def records(self) -> list[dict]:
+        """The claims as results.json stores them."""
+        return [claim_record(c) for c in self.claims]
+
+    def save(self, out_dir: str | os.PathLike, metrics: dict | None = None, parameters: dict | None = None,
+             provenance: dict | None = None) -> Path:
+        """Write results.json through :mod:`lib.results` (a chapter calls ``Chapter.save``, which
+        adds its parameters; the runner adds its provenance afterwards)."""
+        from lib import results
+
+        return results.write(out_dir, results.document(
+            chapter=self.chapter, profile=self.profile, parameters=to_jsonable(parameters or {}),
+            claims=self.records(), metrics=to_jsonable(metrics or {}), provenance=provenance))
 
 
 def failing(claims: list[dict]) -> list[dict]:

@@ -10,7 +10,8 @@ locally and on a cluster. The cluster is used when ``scheduler`` (an address suc
 ``COMPANION_JOBS=N`` (or ``jobs``) runs the points in N local processes instead (sweep
 parallelism, inside one chapter; ``companion run --jobs`` runs whole chapters in parallel).
 
-Resume: under the runner (``companion run``), every finished point is kept on disk in
+Resume: under the runner (``companion run``, whose :class:`lib.run.RunContext` names the points
+folder and the run key), every finished point is kept on disk in
 ``_build/points/`` and a rerun of the same chapter with the same parameters reuses it, so a
 killed ``paper`` run continues where it stopped. A point's key hashes the function (its code,
 constants, closure and defaults), the point and seed, the chapter's resolved parameters, the
@@ -29,12 +30,10 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
+from lib import run
+
+#: A user's Dask scheduler for sweeps run outside `companion run --scheduler` (plain papermill).
 SCHEDULER_ENV = "COMPANION_SCHEDULER"
-#: Set by the runner: where finished points are kept, and what the chapter's run depends on
-#: (its resolved parameters and the pinned environment).
-POINTS_ENV = "COMPANION_POINTS_DIR"
-RUN_KEY_ENV = "COMPANION_RUN_KEY"
-_SOURCE_DIRS = ("lib", "kernels")
 _ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -116,7 +115,7 @@ def _function_digest(fn: Callable) -> bytes | None:
 
 def _loaded_sources_digest() -> str:
     h = hashlib.sha256()
-    roots = [str(_ROOT / d) + os.sep for d in _SOURCE_DIRS]
+    roots = [str(_ROOT / d) + os.sep for d in run.SOURCE_DIRS]
     files = sorted({os.path.realpath(m.__file__) for m in list(sys.modules.values())
                     if getattr(m, "__file__", None) and any(os.path.realpath(m.__file__).startswith(r)
                                                             for r in roots)})
@@ -128,11 +127,10 @@ def _loaded_sources_digest() -> str:
 class PointStore:
     """Finished sweep points on disk (one pickle per point, written atomically)."""
 
-    def __init__(self, root: Path, fn: Callable):
+    def __init__(self, root: Path, fn: Callable, run_key: str = ""):
         digest = _function_digest(fn)
         self.enabled = digest is not None
-        h = hashlib.sha256((digest or b"") + os.environ.get(RUN_KEY_ENV, "").encode()
-                           + _loaded_sources_digest().encode())
+        h = hashlib.sha256((digest or b"") + run_key.encode() + _loaded_sources_digest().encode())
         self.dir = Path(root) / f"{getattr(fn, '__name__', 'fn')}-{h.hexdigest()[:20]}"
 
     def _path(self, point: dict, seed: int) -> Path:
@@ -168,8 +166,8 @@ def sweep(fn: Callable, grid, seeds: Iterable[int] = (0,), *, jobs: int | None =
     if progress is None:
         progress = sys.stderr.isatty()
     tasks = [(p, int(s)) for p in grid_points(grid) for s in seeds]
-    points_dir = os.environ.get(POINTS_ENV)
-    store = PointStore(Path(points_dir), fn) if resume and points_dir else None
+    context = run.current() or run.RunContext()
+    store = PointStore(Path(context.points), fn, context.run_key) if resume and context.points else None
     done: dict[int, dict] = {}
     if store is not None:
         done = {i: r for i, (p, s) in enumerate(tasks) if (r := store.get(p, s)) is not None}
@@ -180,7 +178,7 @@ def sweep(fn: Callable, grid, seeds: Iterable[int] = (0,), *, jobs: int | None =
         if store is not None:
             store.put(*tasks[i], record)
 
-    scheduler = scheduler or os.environ.get(SCHEDULER_ENV) or None
+    scheduler = scheduler or context.scheduler or os.environ.get(SCHEDULER_ENV) or None
     jobs = jobs if jobs is not None else int(os.environ.get("COMPANION_JOBS", "1"))
     if scheduler and todo:
         from distributed import Client, as_completed

@@ -14,7 +14,7 @@ import pytest
 from conftest import BIN, ROOT, companion
 
 from lib.pipeline.chapters import Book, Constraint, Parameter, UsageError, parameters_of
-from lib.pipeline.cli import _tally
+from lib.claims import tally
 
 RUN_DIR = Path("_build/runs")
 
@@ -25,8 +25,8 @@ def results(root: Path, profile: str = "default") -> dict:
 
 def test_tally_counts_claims_a_profile_does_not_evaluate_apart():
     claims = [{"holds": True}, {"holds": False}, {"holds": None}, {"holds": True}]
-    assert _tally(claims) == "2/3 claims hold (1 not evaluated at this profile)"
-    assert _tally(claims[:2]) == "1/2 claims hold"
+    assert tally(claims) == "2/3 claims hold (1 not evaluated at this profile)"
+    assert tally(claims[:2]) == "1/2 claims hold"
 
 
 # -- parameter parsing (no kernel) ----------------------------------------------------------

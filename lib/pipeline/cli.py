@@ -29,6 +29,7 @@ import os
 import sys
 from pathlib import Path
 
+from lib.claims import tally
 from lib.pipeline.chapters import PROFILES, Book, UsageError
 from lib.pipeline import records
 from lib.pipeline.runner import (CLAIM_FAILED, EXEC_FAILED, OK, USAGE, RunResult, check_scheduler, is_fresh,
@@ -144,21 +145,12 @@ def _select(book: Book, keys: list[str]):
     return [book.chapter(k) for k in keys]
 
 
-def _tally(claims: list[dict]) -> str:
-    """'3/5 claims hold', with the claims a profile does not evaluate (quick) named apart."""
-    held = sum(c.get("holds") is True for c in claims)
-    skipped = sum(c.get("holds") is None for c in claims)
-    evaluated = len(claims) - skipped
-    line = f"{held}/{evaluated} claims hold"
-    return line + (f" ({skipped} not evaluated at this profile)" if skipped else "")
-
-
 def _report(r: RunResult) -> None:
     claims = r.results.get("claims", [])
     tag = {"cached": "cached", "ran": "ran", "failed": "FAILED"}[r.status]
     line = f"{r.chapter.slug} [{r.profile}] {tag} ({r.runtime_s:.1f}s)"
     if r.status != "failed":
-        line += f": {_tally(claims)} → {r.out_dir}"
+        line += f": {tally(claims)} → {r.out_dir}"
     print(line, flush=True)
     if r.status == "failed":
         print(r.message, file=sys.stderr, flush=True)
@@ -245,7 +237,7 @@ def cmd_status(book: Book, args) -> int:
             print(f"{ch.slug:<40} not run")
             continue
         state = "cached" if fresh else "stale"
-        print(f"{ch.slug:<40} {state:<7} {_tally(doc.get('claims', []))}, "
+        print(f"{ch.slug:<40} {state:<7} {tally(doc.get('claims', []))}, "
               f"{doc['provenance'].get('runtime_s', 0):.1f}s")
     return OK
 

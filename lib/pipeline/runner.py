@@ -28,13 +28,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from lib import results
 from lib.claims import failing
 from lib.outputs import MARKER, UnsafeOutput, check_output, mark
 from lib.pipeline.chapters import Book, ChapterSource, UsageError
-from lib.sweep import POINTS_ENV, RUN_KEY_ENV
+from lib.run import SOURCE_DIRS, RunContext
 from lib.provenance import environment, git_commit
 
-TRACKED_DIRS = ("lib", "kernels")
 ENV_FILES = ("constraints.txt", "pyproject.toml")
 DEPFILE = "deps.json"
 KERNEL_LOG = ".kernel.log"
@@ -92,7 +92,7 @@ def cache_key(book: Book, chapter: ChapterSource, params: dict, deps: list[str])
 
 
 def _depfile_cell(root: Path) -> dict:
-    roots = [str((root / d).resolve()) for d in TRACKED_DIRS]
+    roots = [str((root / d).resolve()) for d in SOURCE_DIRS]
     src = (
         "import json as _json, sys as _sys, os as _os\n"
         f"_roots = {roots!r}\n"
@@ -106,11 +106,8 @@ def _depfile_cell(root: Path) -> dict:
 
 
 def stored(out_dir: Path) -> dict | None:
-    path = out_dir / "results.json"
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+    """The results.json document of the run in ``out_dir`` (lib.results), or None."""
+    return results.read(out_dir)
 
 
 def is_fresh(book: Book, chapter: ChapterSource, params: dict, out_dir: Path) -> tuple[bool, dict | None]:
@@ -240,8 +237,9 @@ def _kernel_manager():
 
 def run_chapter(book: Book, chapter: ChapterSource, profile: str = "default",
                 overrides: dict[str, str] | None = None, out: Path | None = None,
-                force: bool = False, progress: bool | dict = True) -> RunResult:
-    """Run one chapter (or reuse a cached run); see the module docstring."""
+                force: bool = False, progress: bool | dict = True, scheduler: str | None = None) -> RunResult:
+    """Run one chapter (or reuse a cached run); see the module docstring. ``scheduler`` is the
+    Dask scheduler address its sweeps go to (None: in the kernel)."""
     params = resolve(book, chapter, profile, overrides or {})
     out_dir = output_dir(book, chapter, profile, out)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -251,11 +249,11 @@ def run_chapter(book: Book, chapter: ChapterSource, profile: str = "default",
         if fresh and not force:
             return RunResult(chapter, profile, out_dir, "cached", _exit_code(doc),
                              doc["provenance"].get("runtime_s", 0.0), doc)
-        return _execute(book, chapter, profile, params, out_dir, progress)
+        return _execute(book, chapter, profile, params, out_dir, progress, scheduler)
 
 
 def _execute(book: Book, chapter: ChapterSource, profile: str, params: dict, out_dir: Path,
-             progress) -> RunResult:
+             progress, scheduler: str | None) -> RunResult:
     import papermill as pm
 
     _clean_stale_tmp(out_dir)
@@ -272,11 +270,12 @@ def _execute(book: Book, chapter: ChapterSource, profile: str, params: dict, out
     injected = {**params, "out_dir": str(tmp)} if "out_dir" in chapter.parameters else params
     started = datetime.now(UTC).isoformat(timespec="seconds")
     t0 = time.perf_counter()
-    os.environ["COMPANION_PROFILE"] = profile
-    # Sweep points finished by this run are kept for a rerun with the same parameters (resume).
-    os.environ[POINTS_ENV] = str(book.build_dir / "points" / chapter.slug)
-    os.environ[RUN_KEY_ENV] = _sha(notebook_fingerprint(chapter.path), json.dumps(params, sort_keys=True).encode(),
-                                   environment_fingerprint(book.root))
+    # What the kernel is told (lib.run): sweep points finished by this run are kept for a rerun
+    # with the same parameters (resume), keyed by the notebook, its parameters and the environment.
+    RunContext(profile=profile, points=str(book.build_dir / "points" / chapter.slug),
+               run_key=_sha(notebook_fingerprint(chapter.path), json.dumps(params, sort_keys=True).encode(),
+                            environment_fingerprint(book.root)),
+               scheduler=scheduler, threads=int(os.environ.get("COMPANION_THREADS") or 0)).export()
     try:
         pm.execute_notebook(str(tmp / ".input.ipynb"), str(tmp / f"{chapter.slug}.ipynb"),
                             parameters=injected, kernel_name="python3", cwd=str(tmp),
@@ -311,7 +310,7 @@ def _execute(book: Book, chapter: ChapterSource, profile: str, params: dict, out
                          "started": started, "runtime_s": round(runtime, 2),
                          "threads": int(os.environ.get("COMPANION_THREADS") or env["threads"]),
                          "deps": deps}
-    (tmp / "results.json").write_text(json.dumps(doc, indent=1, allow_nan=False))
+    results.write(tmp, doc)
 
     # Move into place: the old result (if any; checked to be a run's) goes only once the new one
     # is complete.
@@ -353,8 +352,8 @@ def run_tasks(book: Book, tasks: list[tuple[ChapterSource, dict, Path | None]], 
     jobs = max(1, min(jobs, len(tasks)))
     # The cores are split between parallel chapters; COMPANION_THREADS, when set, wins.
     set_threads(int(os.environ.get("COMPANION_THREADS") or 0) or max(1, (os.cpu_count() or 1) // jobs))
-    with _scheduler(scheduler):
-        return _run_tasks(book, tasks, profile, force, jobs, report)
+    with _scheduler(scheduler) as address:
+        return _run_tasks(book, tasks, profile, force, jobs, report, address)
 
 
 WORKER_ENVIRON = "distributed.nanny.pre-spawn-environ"
@@ -410,15 +409,12 @@ def check_scheduler(scheduler: str | None, timeout: float = 5.0) -> None:
 
 @contextlib.contextmanager
 def _scheduler(scheduler: str | None):
-    """Point the chapters' sweeps at a Dask scheduler: an address as given, or ``local[:N]`` for
-    a LocalCluster of N worker processes (default: one per core) started for this run."""
-    if not scheduler:
-        yield
-        return
-    workers = _local_workers(scheduler)
+    """The Dask scheduler address the chapters' sweeps go to: an address as given, or for
+    ``local[:N]`` that of a LocalCluster of N worker processes (default: one per core) started
+    for this run; None without a scheduler."""
+    workers = _local_workers(scheduler) if scheduler else None
     if workers is None:
-        os.environ["COMPANION_SCHEDULER"] = scheduler
-        yield
+        yield scheduler or None
         return
     import dask
     from distributed import LocalCluster
@@ -429,18 +425,16 @@ def _scheduler(scheduler: str | None):
             LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
                          dashboard_address=None, env={var: "1" for var in THREAD_VARS}) as cluster:
         print(f"started a local Dask cluster with {workers} workers at {cluster.scheduler_address}", flush=True)
-        os.environ["COMPANION_SCHEDULER"] = cluster.scheduler_address
-        try:
-            yield
-        finally:
-            os.environ.pop("COMPANION_SCHEDULER", None)
+        yield cluster.scheduler_address
 
 
-def _run_tasks(book: Book, tasks, profile: str, force: bool, jobs: int, report) -> list[RunResult]:
+def _run_tasks(book: Book, tasks, profile: str, force: bool, jobs: int, report,
+               scheduler: str | None) -> list[RunResult]:
     if jobs == 1:
         results = []
         for ch, overrides, out in tasks:
-            r = run_chapter(book, ch, profile, overrides, out, force, progress={"desc": ch.slug})
+            r = run_chapter(book, ch, profile, overrides, out, force, progress={"desc": ch.slug},
+                            scheduler=scheduler)
             report(r)
             results.append(r)
         return results
@@ -450,7 +444,7 @@ def _run_tasks(book: Book, tasks, profile: str, force: bool, jobs: int, report) 
 
     with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
         futures = [pool.submit(_run_in_worker, str(book.root), ch.slug, profile, overrides, out, force,
-                               {"desc": ch.slug, "position": i % jobs, "leave": False})
+                               {"desc": ch.slug, "position": i % jobs, "leave": False}, scheduler)
                    for i, (ch, overrides, out) in enumerate(tasks)]
         for fut in as_completed(futures):
             report(fut.result())
@@ -458,6 +452,6 @@ def _run_tasks(book: Book, tasks, profile: str, force: bool, jobs: int, report) 
 
 
 def _run_in_worker(root: str, slug: str, profile: str, overrides: dict, out, force: bool,
-                   progress) -> RunResult:
+                   progress, scheduler: str | None) -> RunResult:
     book = Book(Path(root))
-    return run_chapter(book, book.chapter(slug), profile, overrides, out, force, progress)
+    return run_chapter(book, book.chapter(slug), profile, overrides, out, force, progress, scheduler)

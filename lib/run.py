@@ -1,0 +1,44 @@
+"""The run context: what `companion run` tells the chapter it runs, defined once.
+
+Before it starts a chapter's kernel, the runner exports one :class:`RunContext` (JSON in
+``$COMPANION_RUN``, which the kernel inherits); the chapter (:mod:`lib.chapter`), its claims
+(:mod:`lib.claims`) and its sweeps (:mod:`lib.sweep`) read it back with :func:`current`. Under
+plain papermill or Jupyter there is none: the profile is ``default`` (or what the notebook's
+``profile`` says, see :func:`lib.chapter.run_profile`), sweeps keep no points and run where
+``COMPANION_SCHEDULER`` / ``COMPANION_JOBS`` say, and the chapter checks its own output folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+
+ENV = "COMPANION_RUN"
+
+#: The project's source folders: the runner's cache key hashes the files of these a chapter
+#: imported, and a sweep point's key the files its function's module imported.
+SOURCE_DIRS = ("lib", "kernels")
+
+
+@dataclass(frozen=True)
+class RunContext:
+    profile: str = "default"
+    #: where finished sweep points are kept, so a rerun with the same parameters resumes
+    points: str | None = None
+    #: what else a sweep point's key covers: the notebook, its resolved parameters, the environment
+    run_key: str = ""
+    #: the Dask scheduler the chapter's sweeps go to (None: in this process)
+    scheduler: str | None = None
+    #: threads for the chapter's kernels (torch, BLAS, numba); 0 leaves the libraries' default
+    threads: int = 0
+
+    def export(self) -> None:
+        """Make this the context of the kernels started from now on."""
+        os.environ[ENV] = json.dumps(asdict(self))
+
+
+def current() -> RunContext | None:
+    """The context the runner exported, or None outside `companion run`."""
+    text = os.environ.get(ENV)
+    return RunContext(**json.loads(text)) if text else None
