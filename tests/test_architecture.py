@@ -10,8 +10,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 #: Notebook-facing helpers and small shared building blocks any paper module may import.
-SHARED = {"lib.chapter", "lib.claims", "lib.outputs", "lib.plotting", "lib.sweep", "lib.stats",
-          "lib.provenance", "lib.llama", "lib.pcfg"}
+SHARED = {"lib.chapter", "lib.claims", "lib.outputs", "lib.results", "lib.run", "lib.plotting", "lib.sweep",
+          "lib.stats", "lib.provenance", "lib.llama", "lib.pcfg"}
 PIPELINE = "lib.pipeline"
 
 
