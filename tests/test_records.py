@@ -64,7 +64,7 @@ def test_chapter_page_and_table_show_the_record_and_say_when_it_is_stale(recorde
     assert f"| `value` | {records.format_value(value)} |" in section  # the recorded number, not a typed one
     assert "2/2 claims hold" in section
     row = next(r for r in records.records_table(book).splitlines() if "chapters/99-fixture" in r)
-    assert row.endswith("; current |") and "`n`" in row and "2/2 claims hold" in row
+    assert "| current: commit" in row and "2/2 claims hold" in row
 
     fixture = recorded / "lib" / "fixture_paper.py"
     fixture.write_text(fixture.read_text() + "\n# an edit\n")
@@ -98,7 +98,7 @@ def test_staged_book_renders_the_record_section_and_the_reproducing_table(record
     ids = [c.get("id") for c in nb["cells"]]
     assert ids[-2:] == ["companion-record", "companion-downloads"]
     page = (dest / "book/reproducing.md").read_text()
-    assert records.TABLE_MARKER not in page and "[99](chapters/99-fixture.ipynb)" in page
+    assert records.TABLE_MARKER not in page and "[99 fixture](chapters/99-fixture.ipynb)" in page
     assert (dest / "book/records/paper/99-fixture.json").exists()  # the page's download link resolves
 
 
