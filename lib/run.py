@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 ENV = "COMPANION_RUN"
+#: Set by `companion profile` (lib/pipeline/profile.py) in its own process, so that the run
+#: context the runner builds there carries :attr:`RunContext.profiling`.
+PROFILING_ENV = "COMPANION_PROFILING"
 
 #: The project's source folders: the runner's cache key hashes the files of these a chapter
 #: imported, and a sweep point's key the files its function's module imported.
@@ -32,6 +35,9 @@ class RunContext:
     scheduler: str | None = None
     #: threads for the chapter's kernels (torch, BLAS, numba); 0 leaves the libraries' default
     threads: int = 0
+    #: `companion profile`: the JSON-lines file each sweep appends its timing and FLOP count to
+    #: (lib.sweep); None: not profiling. Taken from ``$COMPANION_PROFILING`` when not given.
+    profiling: str | None = field(default_factory=lambda: os.environ.get(PROFILING_ENV) or None)
 
     def export(self) -> None:
         """Make this the context of the kernels started from now on."""
