@@ -17,6 +17,12 @@ killed ``paper`` run continues where it stopped. A point's key hashes the functi
 constants, closure and defaults), the point and seed, the chapter's resolved parameters, the
 pinned environment and the contents of every ``lib/`` and ``kernels/`` source file loaded in
 the process; a function whose closure cannot be hashed is simply not cached.
+
+Profiling (``companion profile``, whose run context names a file in ``profiling``): every point
+is computed (no kept points are read), and each sweep appends one JSON line to that file: the
+function, the points computed and their wall time, and once per function the matmul FLOPs of
+its first point (counted by torch's ``FlopCounterMode`` in one extra run) with that point's
+uncounted time.
 """
 
 from __future__ import annotations
@@ -24,9 +30,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import itertools
+import json
 import os
 import pickle
 import sys
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
@@ -167,6 +175,7 @@ def sweep(fn: Callable, grid, seeds: Iterable[int] = (0,), *, jobs: int | None =
         progress = sys.stderr.isatty()
     tasks = [(p, int(s)) for p in grid_points(grid) for s in seeds]
     context = run.current() or run.RunContext()
+    resume = resume and not context.profiling  # a profile times every point
     store = PointStore(Path(context.points), fn, context.run_key) if resume and context.points else None
     done: dict[int, dict] = {}
     if store is not None:
@@ -180,6 +189,7 @@ def sweep(fn: Callable, grid, seeds: Iterable[int] = (0,), *, jobs: int | None =
 
     scheduler = scheduler or context.scheduler or os.environ.get(SCHEDULER_ENV) or None
     jobs = jobs if jobs is not None else int(os.environ.get("COMPANION_JOBS", "1"))
+    started, first_s = time.perf_counter(), None
     if scheduler and todo:
         from distributed import Client, as_completed
 
@@ -191,11 +201,40 @@ def sweep(fn: Callable, grid, seeds: Iterable[int] = (0,), *, jobs: int | None =
         from tqdm import tqdm
 
         for i in tqdm(todo, desc=desc or getattr(fn, "__name__", "sweep"), disable=not progress, leave=False):
+            t = time.perf_counter()
             finished(i, _call(fn, *tasks[i]))
+            first_s = time.perf_counter() - t if first_s is None else first_s
     elif todo:
         from joblib import Parallel, delayed
 
         results = Parallel(n_jobs=jobs, return_as="generator")(delayed(_call)(fn, *tasks[i]) for i in todo)
         for i, record in zip(todo, results):
             finished(i, record)
+    if context.profiling and todo:
+        _profile(context.profiling, fn, tasks[todo[0]], len(todo), time.perf_counter() - started, first_s)
     return [done[i] for i in range(len(tasks))]
+
+
+_PROBED: set[str] = set()  # functions whose FLOPs this process has counted
+
+
+def _profile(path: str, fn: Callable, task: tuple, points: int, seconds: float, first_s: float | None) -> None:
+    """Append this sweep's line to the profile (see the module docstring). The FLOP probe runs
+    only where torch is loaded; ``first_s`` is None when the points ran elsewhere, and the
+    first point is then timed here too."""
+    inner = getattr(fn, "func", fn)  # a functools.partial's function
+    name = f"{getattr(inner, '__module__', '?')}.{getattr(inner, '__qualname__', type(inner).__name__)}"
+    line = {"function": name, "points": points, "seconds": round(seconds, 4)}
+    if name not in _PROBED and "torch" in sys.modules:
+        _PROBED.add(name)
+        from torch.utils.flop_counter import FlopCounterMode
+
+        if first_s is None:
+            t = time.perf_counter()
+            _call(fn, *task)
+            first_s = time.perf_counter() - t
+        with FlopCounterMode(display=False) as counter:
+            _call(fn, *task)
+        line["probe"] = {"flops": int(counter.get_total_flops()), "seconds": round(first_s, 4)}
+    with open(path, "a") as f:
+        f.write(json.dumps(line) + "\n")
