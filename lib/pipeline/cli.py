@@ -11,6 +11,7 @@
     companion strip [NOTEBOOK...]
     companion clean --points                  remove the kept sweep points (resume data)
     companion record CH... [--profile P]          store the run as book/records/P/<slug>.json
+    companion profile CH [--profile P] [-p NAME VALUE]...   where a run's time goes, FLOP/s vs peak
     companion verify CH... [--profile P] [--scheduler ADDRESS]   rerun, compare with the record
     companion --version
 
@@ -133,6 +134,12 @@ def _parser() -> argparse.ArgumentParser:
     verify.add_argument("chapters", nargs="+", metavar="CH", help="number (1, 01) or slug; 'all'")
     verify.add_argument("--profile", default="default", choices=PROFILES)
     verify.add_argument("--scheduler", help="Dask scheduler address for the chapters' sweeps")
+
+    prof = sub.add_parser("profile", help="run one chapter with profiling on: time per cell and "
+                                          "sweep function, FLOP/s against the matmul peak")
+    prof.add_argument("chapter", metavar="CH")
+    prof.add_argument("--profile", default="default", choices=PROFILES)
+    prof.add_argument("-p", "--param", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"))
 
     strip = sub.add_parser("strip", help="remove outputs from chapter notebooks (in place)")
     strip.add_argument("notebooks", nargs="*", type=Path)
@@ -335,16 +342,22 @@ def cmd_strip(book: Book, args) -> int:
     return OK
 
 
+def cmd_profile(book: Book, args) -> int:
+    from lib.pipeline.profile import profile
+
+    return profile(book, book.chapter(args.chapter), args.profile, dict(args.param), _report)
+
+
 COMMANDS = {"list": cmd_list, "run": cmd_run, "params": cmd_params, "status": cmd_status, "build": cmd_build,
             "seeds": cmd_seeds, "bench": cmd_bench, "strip": cmd_strip, "clean": cmd_clean,
-            "record": records.cmd_record, "verify": records.cmd_verify}
+            "record": records.cmd_record, "verify": records.cmd_verify, "profile": cmd_profile}
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         params = []
-        if argv and argv[0] in ("run", "params"):
+        if argv and argv[0] in ("run", "params", "profile"):
             argv, params = split_params(argv)
         args = _parser().parse_args(argv)
         if params:

@@ -1,0 +1,186 @@
+"""`companion profile CH`: where one chapter's run spends its time, and how fast its torch loops
+compute against the machine's own matmul speed.
+
+The chapter runs through the runner (forced, never from the cache) into
+``_build/profile/<profile>/<slug>/run/``, with the run context's ``profiling`` naming
+``sweeps.jsonl`` beside it, where :mod:`lib.sweep` appends one line per sweep. Afterwards
+``profile.json`` in the same folder and a table on stdout give
+
+- each code cell's wall time (papermill's per-cell metadata in the executed notebook);
+- per sweep function: sweeps, points and their wall time; the matmul FLOPs of one point
+  (torch's ``FlopCounterMode``, in one extra run of the first point) over that point's own
+  uncounted time is the function's achieved FLOP/s;
+- the peak it is compared with: a 2048 × 2048 fp32 matmul, timed on the run's thread count and on
+  one thread (a sweep point inside ``lib.sweep.one_thread`` has one), just before and just after
+  the run (median of the repeats, so a peak taken while other work shares the cores is of the
+  same conditions as the run; the load average is recorded with it).
+
+FLOPs are those of matrix products (mm, bmm, addmm, convolutions, attention), the ones a matmul
+peak bounds; elementwise work and numpy are not counted, so a function that trains with numpy
+shows no FLOP rate at all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+from lib.pipeline.chapters import Book, ChapterSource
+from lib.pipeline.runner import EXEC_FAILED, output_dir, resolve, run_many
+from lib.run import PROFILING_ENV
+
+PEAK_N = 2048
+PEAK_REPEATS = 5
+SWEEPS = "sweeps.jsonl"
+PROFILE = "profile.json"
+
+
+def profile_dir(book: Book, chapter: ChapterSource, profile: str) -> Path:
+    return book.build_dir / "profile" / profile / chapter.slug
+
+
+def matmul_peak(threads: int, n: int = PEAK_N, repeats: int = PEAK_REPEATS) -> list[float]:
+    """FLOP/s of ``repeats`` timed n × n fp32 matmuls on ``threads`` threads (after a warm-up)."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        g = torch.Generator().manual_seed(0)
+        a, b = torch.randn(n, n, generator=g), torch.randn(n, n, generator=g)
+        a @ b
+        rates = []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            a @ b
+            rates.append(2 * n ** 3 / (time.perf_counter() - t))
+        return rates
+    finally:
+        torch.set_num_threads(previous)
+
+
+def cell_times(notebook: Path) -> list[dict]:
+    """Each executed code cell: its index in the notebook, first line of code and wall time."""
+    cells = json.loads(notebook.read_text())["cells"]
+    found = []
+    for i, cell in enumerate(cells):
+        seconds = cell.get("metadata", {}).get("papermill", {}).get("duration")
+        if cell["cell_type"] != "code" or seconds is None:
+            continue
+        lines = [ln.strip() for ln in "".join(cell["source"]).splitlines()]
+        first = next((ln for ln in lines if ln and not ln.startswith("#")), "")
+        found.append({"cell": i, "code": first, "seconds": round(seconds, 3)})
+    return found
+
+
+def sweep_table(lines: list[dict], peak: float, peak_1: float) -> list[dict]:
+    """The sweeps' lines (lib.sweep) summed per function, with the achieved FLOP/s of its probe
+    and that rate as a share of the peak on the run's threads and on one thread."""
+    rows: dict[str, dict] = {}
+    for line in lines:
+        row = rows.setdefault(line["function"], {"function": line["function"], "sweeps": 0, "points": 0,
+                                                 "seconds": 0.0, "flops_per_point": None,
+                                                 "probe_seconds": None, "flops_per_s": None})
+        row["sweeps"] += 1
+        row["points"] += line["points"]
+        row["seconds"] = round(row["seconds"] + line["seconds"], 4)
+        if "probe" in line and row["flops_per_point"] is None:
+            row["flops_per_point"], row["probe_seconds"] = line["probe"]["flops"], line["probe"]["seconds"]
+            if line["probe"]["flops"] and line["probe"]["seconds"] > 0:
+                row["flops_per_s"] = line["probe"]["flops"] / line["probe"]["seconds"]
+    for row in rows.values():
+        rate = row["flops_per_s"]
+        row["of_peak"] = None if rate is None else round(rate / peak, 4)
+        row["of_peak_1_thread"] = None if rate is None else round(rate / peak_1, 4)
+    return sorted(rows.values(), key=lambda r: -r["seconds"])
+
+
+def profile(book: Book, chapter: ChapterSource, profile: str, overrides: dict, report) -> int:
+    """Run ``chapter`` with profiling on, write profile.json, print the table; the run's exit code."""
+    resolve(book, chapter, profile, overrides)  # bad parameters: UsageError before any work
+    folder = profile_dir(book, chapter, profile)
+    out = output_dir(book, chapter, profile, folder / "run")  # refused (UsageError) before any work
+    threads = int(os.environ.get("COMPANION_THREADS") or 0) or os.cpu_count() or 1  # what the runner sets
+    folder.mkdir(parents=True, exist_ok=True)
+    sweeps = folder / SWEEPS
+    sweeps.unlink(missing_ok=True)
+
+    def peaks() -> dict:
+        return {"load": round(os.getloadavg()[0], 2), "threads": matmul_peak(threads), "one_thread": matmul_peak(1)}
+
+    before = peaks()
+    with _environ(PROFILING_ENV, str(sweeps)):
+        [result] = run_many(book, [chapter], profile, overrides, out, True, 1, None, report)
+    if result.status == "failed":
+        return EXEC_FAILED
+    after = peaks()
+    peak = statistics.median(before["threads"] + after["threads"])
+    peak_1 = statistics.median(before["one_thread"] + after["one_thread"])
+    lines = [json.loads(ln) for ln in sweeps.read_text().splitlines()] if sweeps.exists() else []
+    doc = {
+        "chapter": chapter.slug, "profile": profile, "overrides": overrides, "run": str(out),
+        "runtime_s": round(result.runtime_s, 2), "threads": threads,
+        "peak": {"matmul_n": PEAK_N, "flops_per_s": peak, "one_thread_flops_per_s": peak_1,
+                 "before": before, "after": after},
+        "cells": cell_times(out / f"{chapter.slug}.ipynb"),
+        "sweeps": sweep_table(lines, peak, peak_1),
+    }
+    tmp = folder / f".{PROFILE}.tmp"
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    os.replace(tmp, folder / PROFILE)
+    print(render(doc))
+    print(f"→ {folder / PROFILE}")
+    return result.exit_code
+
+
+@contextlib.contextmanager
+def _environ(name: str, value: str):
+    previous = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = previous
+
+
+def _g(flops: float | None) -> str:
+    return "-" if flops is None else f"{flops / 1e9:.2f}"
+
+
+def _pct(share: float | None) -> str:
+    return "-" if share is None else f"{100 * share:.1f}"
+
+
+def render(doc: dict, top: int = 10) -> str:
+    """The readable table of a profile.json document."""
+    total = doc["runtime_s"] or 1.0
+    p = doc["peak"]
+    out = [f"{doc['chapter']} [{doc['profile']}]: {doc['runtime_s']:.1f} s on {doc['threads']} threads",
+           f"matmul peak ({p['matmul_n']}² fp32, median before and after the run): "
+           f"{_g(p['flops_per_s'])} GFLOP/s on {doc['threads']} threads, {_g(p['one_thread_flops_per_s'])} "
+           f"on 1 (load average {p['before']['load']} → {p['after']['load']})", "",
+           f"{'cell':>6}  {'first line of code':<58} {'s':>8} {'%':>6}"]
+    cells = sorted(doc["cells"], key=lambda c: -c["seconds"])
+    for c in cells[:top]:
+        out.append(f"{c['cell']:>6}  {c['code'][:58]:<58} {c['seconds']:>8.2f} {100 * c['seconds'] / total:>6.1f}")
+    if rest := cells[top:]:
+        s = sum(c["seconds"] for c in rest)
+        out.append(f"{'':>6}  {f'{len(rest)} other cells':<58} {s:>8.2f} {100 * s / total:>6.1f}")
+    out += ["", f"{'sweep function':<44} {'sweeps':>6} {'points':>6} {'s':>8} {'%':>6} "
+                f"{'GFLOP/pt':>9} {'GFLOP/s':>8} {'%peak':>6} {'%1-thr':>6}"]
+    for r in doc["sweeps"]:
+        out.append(f"{r['function'][-44:]:<44} {r['sweeps']:>6} {r['points']:>6} {r['seconds']:>8.2f} "
+                   f"{100 * r['seconds'] / total:>6.1f} {_g(r['flops_per_point']):>9} {_g(r['flops_per_s']):>8} "
+                   f"{_pct(r['of_peak']):>6} {_pct(r['of_peak_1_thread']):>6}")
+    if not doc["sweeps"]:
+        out.append("(no sweeps)")
+    outside = doc["runtime_s"] - sum(r["seconds"] for r in doc["sweeps"])
+    out.append(f"{'outside sweeps':<44} {'':>6} {'':>6} {outside:>8.2f} {100 * outside / total:>6.1f}")
+    return "\n".join(out)
