@@ -1,6 +1,7 @@
 """Open the built book in a real browser (Debian's chromium driven by Playwright): every page
-loads, every image has pixels, math is typeset, internal links resolve, and the status page
-lists every chapter."""
+loads, every image has pixels, math is typeset, internal links resolve, the status page
+lists every chapter, and axe-core finds no serious or critical accessibility violation (nor an
+empty table header) on any page."""
 
 from __future__ import annotations
 
@@ -150,4 +151,68 @@ def test_chapter_page_is_finished_for_a_reader(browser, server, ch):
     external = page.eval_on_selector_all("a[href]", "els => els.map(a => a.href)")
     assert not [h for h in external if "github.com" in h or "mybinder" in h or "colab" in h], \
         f"{ch.slug}: links to a repository although none is configured"
+    page.close()
+
+
+#: axe-core impacts that fail the check; empty table headers (minor) are checked too (issue 44).
+AXE_FAILING = ("serious", "critical")
+
+
+def _axe_violations(page) -> list[str]:
+    from axe_playwright_python.sync_playwright import Axe
+
+    found = Axe().run(page).response["violations"]
+    return [f"{v['id']} ({v['impact']}): {v['help']} at {v['nodes'][0]['target']}"
+            for v in found if v["impact"] in AXE_FAILING or v["id"] == "empty-table-header"]
+
+
+def test_axe_core_reports_a_known_violation(browser):
+    """The check below can fail: axe-core, as installed, finds a list without list items."""
+    page = browser.new_page()
+    page.set_content('<html lang="en"><head><title>t</title></head><body><main><h1>t</h1>'
+                     '<div role="list"><div>not a list item</div></div>'
+                     "<table><tr><th></th><th>a</th></tr><tr><td>1</td><td>2</td></tr></table></main></body></html>")
+    found = _axe_violations(page)
+    assert any(v.startswith("aria-required-children (critical)") for v in found), found
+    assert any(v.startswith("empty-table-header") for v in found), found
+    page.close()
+
+
+def test_no_page_has_a_serious_accessibility_violation(browser, server):
+    """axe-core on every HTML page of the built book (redirects aside), after MathJax has typeset."""
+    pages = sorted(str(p.relative_to(HTML)) for p in HTML.rglob("*.html")
+                   if not {"_static", "_sources"} & set(p.relative_to(HTML).parts)
+                   and 'http-equiv="refresh"' not in p.read_text().lower())  # a redirect: its target is checked
+    assert len(pages) >= len(PAGES), pages
+    page = browser.new_page()
+    problems = []
+    for path in pages:
+        page.goto(urljoin(server, path), wait_until="load")
+        if page.locator(".math").count():
+            page.wait_for_function("() => document.querySelectorAll('mjx-container').length > 0", timeout=20000)
+        problems += [f"{path}: {v}" for v in _axe_violations(page)]
+    page.close()
+    assert not problems, "\n".join(problems)
+
+
+def test_chapter_pages_show_their_paper_record_or_say_there_is_none(browser, server):
+    """Issue 44: each chapter page has an "At the paper profile" section from its record in
+    book/records/paper/, and the reproducing page's table has a row per chapter."""
+    from lib.pipeline import records
+
+    book = Book(ROOT)
+    page = browser.new_page()
+    for ch in CHAPTERS:
+        page.goto(urljoin(server, f"book/chapters/{ch.slug}.html"), wait_until="load")
+        text = page.inner_text("main")
+        assert "At the paper profile" in text, f"{ch.slug}: no paper section"
+        recorded = records.load(book, "paper", ch) is not None
+        assert ("From the recorded paper run" in text) == recorded, ch.slug
+        assert ("Not yet recorded" in text) == (not recorded), ch.slug
+    page.goto(urljoin(server, "book/reproducing.html"), wait_until="load")
+    rows = page.eval_on_selector_all("main table tr", "rows => rows.map(r => r.innerText)")
+    for ch in CHAPTERS:
+        row = next((r for r in rows if r.startswith(f"{ch.number} ")), None)
+        assert row is not None, f"the reproducing page's table has no row for {ch.slug}"
+        assert ("not yet recorded" in row) == (records.load(book, "paper", ch) is None), row
     page.close()
