@@ -163,7 +163,7 @@ def bench(n_models: int = 16, d: int = 32, batch_size: int = 32, length: int = 3
                 opt.zero_grad()
                 value.backward()
                 opt.step()
-            finals.append(float(value))
+            finals.append(float(value.detach()))
         return finals
 
     model = build(make, members[0])
@@ -184,11 +184,11 @@ def bench(n_models: int = 16, d: int = 32, batch_size: int = 32, length: int = 3
             "max_final_loss_difference": float(np.max(np.abs(np.array(sequential) - trained.losses[-1])))}
 
 
-if __name__ == "__main__":  # python -m lib.population [d batch length]
+if __name__ == "__main__":  # python -m lib.population [d batch length steps]
     import sys
 
-    sizes = [int(a) for a in sys.argv[1:4]]
-    r = bench(**dict(zip(("d", "batch_size", "length"), sizes)))
+    sizes = [int(a) for a in sys.argv[1:5]]
+    r = bench(**dict(zip(("d", "batch_size", "length", "steps"), sizes)))
     print(f"{r['n_models']} one-layer attention models, d={r['d']}, batch {r['batch']}, length {r['length']}, "
           f"{r['steps']} steps, {r['threads']} threads: one after another {r['sequential_s']:.2f} s "
           f"({r['sequential_gflops']:.1f} GFLOP/s), as one population {r['population_s']:.2f} s "

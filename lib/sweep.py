@@ -229,12 +229,14 @@ def _profile(path: str, fn: Callable, task: tuple, points: int, seconds: float, 
         _PROBED.add(name)
         from torch.utils.flop_counter import FlopCounterMode
 
+        extra = time.perf_counter()
         if first_s is None:
             t = time.perf_counter()
             _call(fn, *task)
             first_s = time.perf_counter() - t
         with FlopCounterMode(display=False) as counter:
             _call(fn, *task)
-        line["probe"] = {"flops": int(counter.get_total_flops()), "seconds": round(first_s, 4)}
+        line["probe"] = {"flops": int(counter.get_total_flops()), "seconds": round(first_s, 4),
+                         "overhead_s": round(time.perf_counter() - extra, 4)}  # the extra runs' time
     with open(path, "a") as f:
         f.write(json.dumps(line) + "\n")

@@ -128,6 +128,8 @@ def profile(book: Book, chapter: ChapterSource, profile: str, overrides: dict, r
                  "before": before, "after": after},
         "cells": cell_times(out / f"{chapter.slug}.ipynb"),
         "sweeps": sweep_table(lines, peak, peak_1),
+        # the probes' extra runs: inside the cell times and runtime_s, outside the sweeps' seconds
+        "probe_overhead_s": round(sum(ln.get("probe", {}).get("overhead_s", 0.0) for ln in lines), 3),
     }
     tmp = folder / f".{PROFILE}.tmp"
     tmp.write_text(json.dumps(doc, indent=1) + "\n")
@@ -181,6 +183,8 @@ def render(doc: dict, top: int = 10) -> str:
                    f"{_pct(r['of_peak']):>6} {_pct(r['of_peak_1_thread']):>6}")
     if not doc["sweeps"]:
         out.append("(no sweeps)")
-    outside = doc["runtime_s"] - sum(r["seconds"] for r in doc["sweeps"])
+    extra = doc.get("probe_overhead_s", 0.0)
+    outside = doc["runtime_s"] - sum(r["seconds"] for r in doc["sweeps"]) - extra
     out.append(f"{'outside sweeps':<44} {'':>6} {'':>6} {outside:>8.2f} {100 * outside / total:>6.1f}")
+    out.append(f"{'FLOP probes (extra runs, in the cells above)':<58} {extra:>8.2f} {100 * extra / total:>6.1f}")
     return "\n".join(out)
