@@ -126,12 +126,14 @@ class Power:
 
 
 def verdict_of(holds: bool | None, detects: bool | None) -> str | None:
-    """An empirical claim's verdict from its outcome and its power (None when skipped)."""
+    """An empirical claim's verdict from its outcome and its power (None when skipped). An
+    experiment that could not see the paper's effect (a confounded or underpowered design)
+    tests nothing, whichever way its rule came out: *not tested*, never *reproduced*."""
     if holds is None:
         return None
-    if holds:
-        return REPRODUCED
-    return NOT_REPRODUCED if detects else NOT_TESTED
+    if not detects:
+        return NOT_TESTED
+    return REPRODUCED if holds else NOT_REPRODUCED
 
 
 def status_of(claim: dict) -> str:

@@ -88,7 +88,10 @@ def test_every_recorded_false_alarm_rate_meets_the_contract(default_book, slug):
     doc = _results("default", slug)
     for c in doc["claims"]:
         assert "false_alarm" in c, f"{slug}: {c['id']} records no false_alarm field"
-    high = [f"{c['id']}: false-alarm rate {c['false_alarm']:.3g}" for c in doc["claims"]
+    # a claim decides something unless it is empirical and its experiment cannot see the effect
+    # (then it is 'not tested' whichever way its rule comes out, and its rate is only reported)
+    deciding = [c for c in doc["claims"] if c["kind"] != "empirical" or (c.get("power") or {}).get("detects")]
+    high = [f"{c['id']}: false-alarm rate {c['false_alarm']:.3g}" for c in deciding
             if c["false_alarm"] is not None and not c["false_alarm"] <= MAX_FALSE_ALARM]
     assert not high, f"{slug}: claims above the contract's {MAX_FALSE_ALARM:g} per claim:\n" + "\n".join(high)
 

@@ -92,11 +92,13 @@ def test_empirical_failure_is_not_a_theorem_failure():
 
 def test_empirical_verdict_follows_outcome_and_power():
     c = Claims("00-test", profile="default")
-    held = c.at_least("held", "s", value=2.0, bound=1.0, kind="empirical", power=BLIND)
+    held = c.at_least("held", "s", value=2.0, bound=1.0, kind="empirical", power=SEES)
     seen = c.at_least("seen", "s", value=0.0, bound=1.0, kind="empirical", power=SEES)
     blind = c.within("blind", "s", value=5.0, low=0.0, high=1.0, kind="empirical", power=BLIND)
-    assert (held.verdict, seen.verdict, blind.verdict) == (REPRODUCED, NOT_REPRODUCED, NOT_TESTED)
-    assert [x.status for x in c.claims] == [REPRODUCED, NOT_REPRODUCED, NOT_TESTED]
+    lucky = c.at_least("lucky", "s", value=2.0, bound=1.0, kind="empirical", power=BLIND)  # holds, blind
+    assert (held.verdict, seen.verdict, blind.verdict, lucky.verdict) == \
+        (REPRODUCED, NOT_REPRODUCED, NOT_TESTED, NOT_TESTED)
+    assert [x.status for x in c.claims] == [REPRODUCED, NOT_REPRODUCED, NOT_TESTED, NOT_TESTED]
     assert c.failed == []  # no verdict of an empirical claim fails a run
     quick = Claims("00-test", profile="quick")
     skipped = quick.at_least("q", "s", value=0.0, bound=1.0, kind="empirical", power=SEES, quick=False)
@@ -104,7 +106,7 @@ def test_empirical_verdict_follows_outcome_and_power():
     # every helper takes the power, the bespoke record() too
     r = c.record("r", "s", theory=1, simulation=0, holds=False, tolerance="t", kind="empirical", power=BLIND)
     cl = c.close("cl", "s", theory=1.0, simulation=3.0, rtol=0.1, kind="empirical", power=SEES)
-    ac = c.all_close("ac", "s", theory=[1, 2], simulation=[1, 2], atol=0.1, kind="empirical", power=BLIND)
+    ac = c.all_close("ac", "s", theory=[1, 2], simulation=[1, 2], atol=0.1, kind="empirical", power=SEES)
     am = c.at_most("am", "s", value=3.0, bound=1.0, kind="empirical", power=BLIND)
     assert (r.status, cl.status, ac.status, am.status) == (NOT_TESTED, NOT_REPRODUCED, REPRODUCED, NOT_TESTED)
     assert c.table().to_frame().loc["blind", "status"] == NOT_TESTED
@@ -169,8 +171,8 @@ def test_results_json_records_verdict_and_power_on_every_empirical_claim(tmp_pat
 def test_one_vocabulary_for_status_tally_and_counts():
     stored = [{"kind": "theorem", "holds": True}, {"kind": "check", "holds": False},
               {"kind": "theorem", "holds": None},
+              {"kind": "empirical", "holds": True, "power": {"detects": True}},
               {"kind": "empirical", "holds": True, "power": {"detects": False}},
-              {"kind": "empirical", "holds": False, "power": {"detects": False}},
               {"kind": "empirical", "holds": False, "power": {"detects": False}},
               {"kind": "empirical", "holds": False, "power": {"detects": True}},
               {"kind": "empirical", "holds": None, "power": {"detects": True}}]
