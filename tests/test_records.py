@@ -160,3 +160,17 @@ def test_a_broken_record_is_reported_in_one_line_not_shown_as_missing(recorded):
     out = companion("verify", "99", "--profile", "paper", root=recorded)
     assert out.returncode == 64 and "is not a record of 99-fixture" in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_a_run_whose_inputs_changed_while_it_ran_is_not_recorded(project):
+    """The cache key is computed from the files at the end of a run; one edited during the run
+    may not be what the kernel imported."""
+    assert companion("run", "99", "--profile", "paper", root=project).returncode == 0
+    fixture = project / "lib" / "fixture_paper.py"
+    started = json.loads((project / "_build/runs/paper/99-fixture/results.json").read_text())["provenance"]["started"]
+    from datetime import datetime
+
+    os.utime(fixture, (datetime.fromisoformat(started).timestamp() + 1,) * 2)  # same bytes, edited mid-run
+    out = companion("record", "99", "--profile", "paper", root=project)
+    assert out.returncode == 64 and "lib/fixture_paper.py changed while the paper run" in out.stderr
+    assert not (project / "book" / "records").exists()

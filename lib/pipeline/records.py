@@ -22,6 +22,7 @@ import os
 import platform
 import sys
 from dataclasses import fields
+from datetime import datetime
 from html import escape
 from pathlib import Path
 
@@ -100,6 +101,14 @@ def make_record(book: Book, chapter: ChapterSource, profile: str) -> dict:
         raise UsageError(f"the {profile} run of {chapter.slug} in {run_dir} is not of the current code and "
                          f"profile (rerun `companion run {chapter.number} --profile {profile}` first)")
     prov = doc["provenance"]
+    # The runner keys a run by its inputs' contents at the end: one edited while it ran may not be
+    # what the kernel imported, so such a run is not recorded.
+    started = datetime.fromisoformat(prov["started"]).timestamp()
+    edited = [rel for rel in [os.path.relpath(chapter.path, book.root), *prov["deps"]]
+              if (book.root / rel).exists() and (book.root / rel).stat().st_mtime >= started]
+    if edited:
+        raise UsageError(f"{', '.join(edited)} changed while the {profile} run of {chapter.slug} was executing "
+                         f"(rerun `companion run {chapter.number} --profile {profile}` first)")
     return {"record_version": RECORD_VERSION, "chapter": chapter.slug, "profile": profile,
             "parameters": doc["parameters"], "claims": doc["claims"], "metrics": doc.get("metrics", {}),
             "provenance": {**{k: prov.get(k) for k in ("git", "cache_key", "started", "runtime_s", "cpu_s",
