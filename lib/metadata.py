@@ -181,7 +181,8 @@ def probe(hidden: np.ndarray, labels: np.ndarray, t: int, train_idx, test_idx, s
         return np.full(len(test_idx), labels[train_idx][0])
     X = hidden[train_idx, t]
     mean, scale = X.mean(0), X.std(0) + 1e-6
-    clf = LogisticRegression(C=1.0, max_iter=500, random_state=seed)
+    # sklearn takes a 32-bit seed (lbfgs draws nothing; the seed matters to solvers that do)
+    clf = LogisticRegression(C=1.0, max_iter=500, random_state=seed % 2**32)
     clf.fit((X - mean) / scale, labels[train_idx])
     return clf.predict((hidden[test_idx, t] - mean) / scale)
 
