@@ -160,17 +160,17 @@ def _short(value) -> str:
 
 
 # -- verify ---------------------------------------------------------------------------------
-def flatten(value, prefix: str = "") -> dict:
-    """Nested metrics as {"a.b[2]": leaf}."""
+def flatten(value, prefix: str = "", lists: bool = True) -> dict:
+    """Nested metrics as {"a.b[2]": leaf} (lists kept whole with ``lists=False``)."""
     if isinstance(value, dict):
         out = {}
         for k, v in value.items():
-            out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+            out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k), lists))
         return out
-    if isinstance(value, list):
+    if isinstance(value, list) and lists:
         out = {}
         for i, v in enumerate(value):
-            out.update(flatten(v, f"{prefix}[{i}]"))
+            out.update(flatten(v, f"{prefix}[{i}]", lists))
         return out
     return {prefix: value}
 
@@ -229,13 +229,15 @@ def _where(prov: dict) -> str:
 
 
 def _metrics_table(metrics: dict) -> str:
-    flat = {k: v for k, v in flatten({k: v for k, v in metrics.items() if k != TIMINGS}).items()
+    """The record's named numbers (arrays and timings stay in the record)."""
+    flat = {k: v for k, v in flatten({k: v for k, v in metrics.items() if k != TIMINGS}, lists=False).items()
             if isinstance(v, (int, float)) and not isinstance(v, bool)}
     if not flat:
         return ""
-    rows = [f"| `{k}` | {format_value(v)} |" for k, v in list(flat.items())[:SHOWN_METRICS]]
+    names = {k: k.replace("|", "\\|") for k in flat}  # a pipe would end the table cell
+    rows = [f"| `{names[k]}` | {format_value(v)} |" for k, v in list(flat.items())[:SHOWN_METRICS]]
     more = len(flat) - SHOWN_METRICS
-    tail = ["", f"{more} more in the record."] if more > 0 else []
+    tail = ["", f"{more} more numbers in the record."] if more > 0 else []
     return "\n".join(["| metric | value |", "|---|---:|", *rows, *tail])
 
 
