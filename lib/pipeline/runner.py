@@ -217,6 +217,15 @@ def _check_device(device: str) -> None:
         raise UsageError(f"parameter 'device': {device!r} is not available on this machine")
 
 
+def _cpu_seconds() -> float:
+    """CPU seconds of this process and of its children that have ended (the kernel, once
+    papermill has shut it down; not the workers of a Dask cluster, which outlive the run)."""
+    import resource
+
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def _kernel_manager():
     """The kernel manager papermill starts the chapter's kernel with: the kernel process's own
     log goes to ``.kernel.log`` in the run's temporary folder, not to the user's terminal. That
@@ -269,7 +278,7 @@ def _execute(book: Book, chapter: ChapterSource, profile: str, params: dict, out
 
     injected = {**params, "out_dir": str(tmp)} if "out_dir" in chapter.parameters else params
     started = datetime.now(UTC).isoformat(timespec="seconds")
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), _cpu_seconds()
     # What the kernel is told (lib.run): sweep points finished by this run are kept for a rerun
     # with the same parameters (resume), keyed by the notebook, its parameters and the environment.
     RunContext(profile=profile, points=str(book.build_dir / "points" / chapter.slug),
@@ -308,6 +317,7 @@ def _execute(book: Book, chapter: ChapterSource, profile: str, params: dict, out
     doc["provenance"] = {"git": git_commit(book.root), "cache_key": cache_key(book, chapter, params, deps),
                          "python": env["python"], "torch": env.get("torch"), "numpy": env["numpy"],
                          "started": started, "runtime_s": round(runtime, 2),
+                         "cpu_s": round(_cpu_seconds() - cpu0, 2),
                          "threads": int(os.environ.get("COMPANION_THREADS") or env["threads"]),
                          "deps": deps}
     results.write(tmp, doc)
