@@ -51,7 +51,8 @@ from lib.curriculum.tree import (ROUTES, ReasoningTree, base_success, correct_pa
 from lib.stats import loglog_slope
 
 __all__ = ["LEARNED", "ORACLE_Q", "ROUTES", "PositionalTransformer", "ReasoningTree", "base_success",
-           "best_of_n", "best_of_n_vs_ltar", "fisher_greater_p", "fisher_power", "compare_transformer", "correct_paths", "curriculum_fast",
+           "best_of_n", "best_of_n_vs_ltar", "fisher_greater_p", "fisher_power", "compare_transformer",
+           "correct_paths", "curriculum_fast",
            "curriculum_literal", "curriculum_theory", "greedy", "hacking_fraction",
            "judged_correct_probability", "loglog_slope", "ltar", "martingale_p", "mean_test_z", "mod_chain", "n_grid",
            "n_star", "n_star_point", "onestep_count", "oracle_tree",
