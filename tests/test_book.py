@@ -43,11 +43,11 @@ def test_default_book_builds_without_warnings(default_book):
 #: as failing (chapter table and status page); this list only keeps them from hiding every other
 #: failure. Adding to it needs the same scrutiny as changing a claim.
 KNOWN_FAILURES = {
-    **{("07-label-noise-feature-learning", cid):
-       "Theorem 4.2's Stage II lower bound ½·min(τ₊, τ₋) on the clean test error is not met (0/10 seeds; "
-       "final error 0.008–0.047, and 0.000 at d = n²): memorised label noise barely moves fresh test points, "
-       "as Kou et al. (2023) prove for this model once n‖μ‖⁴ ≫ σ_ξ⁴d, which the theorem's regime implies"
-       for cid in ("stage2-error-bound", "stage2-error-bound-asymmetric", "stage2-error-bound-high-dim")},
+    ("07-label-noise-feature-learning", "stage2-error-bound"):
+        "Our reading of Theorem 4.2 (reconstructed: clean test error ≥ ½·min(τ₊, τ₋) at d = n², trained to "
+        "loss ≤ 10⁻²) is contradicted by Kou et al. (ICML 2023)'s benign-overfitting theorem: 0 errors in "
+        "10 000 pooled clean test points on 9 of seeds 0–9, 1 on seed 4; the chapter says so, and its rival "
+        "(Kou et al.'s prediction) is, as it should be, not rejected",
 }
 
 
@@ -79,7 +79,8 @@ def test_every_theorem_claim_rejects_its_alternative_at_default(default_book, sl
     doc = _results("default", slug)
     weak = [f"theorem {c['id']}: {c['statement']} — alternative '{c['alternative']['statement']}' "
             f"(predicts {c['alternative']['prediction']}) is not rejected (simulation {c['simulation']})"
-            for c in doc["claims"] if c["kind"] == "theorem" and not (c.get("alternative") or {}).get("rejected")]
+            for c in doc["claims"] if c["kind"] == "theorem" and not (c.get("alternative") or {}).get("rejected")
+            and (slug, c["id"]) not in KNOWN_FAILURES]  # a known failure's rival is what the run supports
     assert not weak, f"{slug}: theorem claims that do not discriminate:\n" + "\n".join(weak)
 
 
