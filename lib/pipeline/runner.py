@@ -277,7 +277,7 @@ def _execute(book: Book, chapter: ChapterSource, profile: str, params: dict, out
     (tmp / ".input.ipynb").write_text(json.dumps(source))
 
     injected = {**params, "out_dir": str(tmp)} if "out_dir" in chapter.parameters else params
-    started = datetime.now(UTC).isoformat(timespec="seconds")
+    started = datetime.now(UTC).isoformat(timespec="milliseconds")  # records compare file times with it
     t0, cpu0 = time.perf_counter(), _cpu_seconds()
     # What the kernel is told (lib.run): sweep points finished by this run are kept for a rerun
     # with the same parameters (resume), keyed by the notebook, its parameters and the environment.
