@@ -166,7 +166,7 @@ class Chapter:
         from lib.provenance import ROOT, environment, git_commit
 
         env = environment()
-        roots = [str(ROOT / d) + os.sep for d in ("lib", "kernels")]
+        roots = [str(ROOT / d) + os.sep for d in run.SOURCE_DIRS]
         deps = sorted({os.path.relpath(os.path.realpath(m.__file__), ROOT) for m in list(sys.modules.values())
                        if getattr(m, "__file__", None)
                        and any(os.path.realpath(m.__file__).startswith(r) for r in roots)})
