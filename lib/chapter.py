@@ -10,7 +10,7 @@
 
 ``Chapter`` reads the parameters from the notebook namespace (the literals defined by the
 ``parameters`` cell and papermill's injected cell), applies the house plot style, seeds
-numpy's and torch's global generators from ``seed`` and sets torch's thread count.
+numpy's and torch's global generators from ``seed`` (through :mod:`lib.seeding`) and sets torch's thread count.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from lib import plotting, run
+from lib import plotting, run, seeding
 from lib.claims import Claims
 from lib.outputs import check_output, mark
 from lib.provenance import Stopwatch, summary
@@ -88,7 +88,6 @@ class Chapter:
             mark(self.out_dir)
         self.claims = Claims(slug, self.profile)
         self.stopwatch = Stopwatch()
-        self._streams: dict[tuple[int, ...], tuple[int, ...]] = {}
         plotting.use_style()
         self._seed_globals()
 
@@ -98,33 +97,19 @@ class Chapter:
         # Plain scalar reprs ("0.93", not "np.float64(0.93)"): printed numbers read better, and
         # myst-nb's glue formats the text repr of a glued value.
         np.set_printoptions(legacy="1.25")
-        np.random.seed(self.seed)
+        seeding.seed_globals(self.seed)
         try:
             import torch
         except ImportError:
             return
-        torch.manual_seed(self.seed)
         threads = run.current().threads if self.runner else 0
         if threads > 0:
             torch.set_num_threads(threads)
 
-    def rng(self, *stream: int):
-        """An independent numpy Generator for a named sub-stream of this chapter's seed.
-
-        numpy's seed sequences ignore trailing zero words, so ``rng(2)`` and ``rng(2, 0)`` would
-        be the same stream; asking for both in one run is refused rather than silently aliased.
-        """
-        import numpy as np
-
-        stream = tuple(int(k) for k in stream)
-        canonical = stream
-        while canonical and canonical[-1] == 0:
-            canonical = canonical[:-1]
-        first = self._streams.setdefault(canonical, stream)
-        if first != stream:
-            raise ValueError(f"rng{stream} is the same random stream as rng{first}: "
-                             "give the sub-streams distinct keys")
-        return np.random.default_rng([self.seed, *stream])
+    def rng(self, *key):
+        """An independent numpy Generator for the sub-stream ``key`` of this chapter's seed
+        (:func:`lib.seeding.stream`): name what is drawn, e.g. ``ch.rng("bootstrap", 2)``."""
+        return seeding.stream(self.seed, *key)
 
     def savefig(self, fig, name: str) -> None:
         """Save ``fig`` under ``out_dir/figures/`` (PNG and SVG); the cell still shows it inline."""

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from kernels.swr import naive, scan, swr
 from kernels.swa import swa_blocked
 from lib.llama import RMSNorm, SwiGLU, rope
-from lib.sweep import stream
+from lib.seeding import stream
 
 # ---------------------------------------------------------------------------------------------
 # theory

@@ -60,30 +60,6 @@ def one_thread():
         torch.set_num_threads(threads)
 
 
-def _key_part(part) -> int:
-    """A stream-key entry: a non-negative int as it is, anything else (a name, a float, a
-    tuple) as a stable 64-bit hash of its text."""
-    import numpy as np
-
-    if isinstance(part, (int, np.integer)) and not isinstance(part, bool) and part >= 0:
-        return int(part)
-    if isinstance(part, (float, np.floating)):
-        part = float(part)
-    return int.from_bytes(hashlib.blake2b(repr(part).encode(), digest_size=8).digest(), "little")
-
-
-def stream(root: int, *key):
-    """An independent numpy Generator for the sub-stream ``key`` of seed ``root``, for a sweep
-    point to draw from: name the experiment and the point's values in ``key`` (ints as they are,
-    names and floats hashed), never its position in a list. The key is SeedSequence's spawn key,
-    kept apart from the entropy: plain entropy lists collide when they differ by trailing zeros
-    (``default_rng([s, 4])`` is ``default_rng([s, 4, 0])``), and ``root + 1`` would be the next
-    chapter seed."""
-    import numpy as np
-
-    return np.random.default_rng(np.random.SeedSequence(root, spawn_key=tuple(map(_key_part, key))))
-
-
 def grid_points(grid: Mapping[str, Sequence] | Iterable[Mapping]) -> list[dict]:
     """A dict of lists becomes its Cartesian product; a list of dicts is taken as it is."""
     if isinstance(grid, Mapping):

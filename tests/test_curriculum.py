@@ -316,15 +316,6 @@ def test_mean_test_z_is_exact_for_a_gamma_mean_and_normal_without_skew():
 
 
 # -- sweep points: own streams, picklable, order-independent --------------------------------------
-def test_stream_is_keyed_by_values_and_does_not_collide():
-    draw = lambda g: g.integers(0, 2**62, size=4).tolist()  # noqa: E731
-    assert draw(C.stream(3, "n*", 0.5, 4)) == draw(C.stream(3, "n*", 0.5, 4))
-    keys = [(4,), (4, 0), ("n*", 0.5, 4), ("n*", 0.2, 4), ("n*", 0.5, 5), ("4",)]
-    draws = [draw(C.stream(3, *k)) for k in keys] + [draw(C.stream(4, 4)), draw(np.random.default_rng([3, 4]))]
-    assert len({tuple(d) for d in draws}) == len(draws)
-    assert draw(C.stream(3, np.float64(0.5))) == draw(C.stream(3, 0.5))
-
-
 def test_sweep_n_star_points_are_independent_of_the_grid():
     import pickle
     from functools import partial

@@ -57,15 +57,3 @@ def test_plain_papermill_from_the_repository_root_writes_under_its_build(project
         assert json.loads(results.read_text())["parameters"]["n"] == 3
         results.unlink()
     assert not (project.parent / "_build").exists() and not (tmp_path / "_build").exists()
-
-
-def test_chapter_streams_are_distinct_and_aliases_are_refused(tmp_path):
-    from lib.chapter import Chapter
-
-    ch = Chapter("fixture", {"seed": 3, "out_dir": str(tmp_path)})
-    a, b = ch.rng(1).random(4), ch.rng(2).random(4)
-    assert not (a == b).any()
-    assert (ch.rng(1).random(4) == a).all()  # the same key is the same stream, by design
-    ch.rng(5, 1)
-    with pytest.raises(ValueError, match="same random stream"):
-        ch.rng(5, 1, 0)  # numpy would silently hand back rng(5, 1)

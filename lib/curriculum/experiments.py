@@ -18,7 +18,8 @@ from lib.curriculum.one_step import (curriculum_fast, n_star, onestep_fast, ones
 from lib.curriculum.test_time import best_of_n, ltar, test_time_theory
 from lib.curriculum.training import solve_time, train
 from lib.curriculum.tree import ReasoningTree, mod_chain, parity
-from lib.sweep import stream, sweep
+from lib.seeding import stream
+from lib.sweep import sweep
 
 #: The oracles of the chapter's sweeps: name → reward-hacking rate q.
 ORACLE_Q = {"blocked parity, q = 1/2": 0.5, "mod-5 chain, q = 1/5": 0.2,

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from lib.sweep import stream
+from lib.seeding import stream
 from lib.tmc.methods import post_train
 from lib.tmc.policy import softmax
 from lib.tmc.tree import (HARD, INVALID, TMC, Matrices, Setting, coverage, pass_at_k, path_entropy,
