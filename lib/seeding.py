@@ -2,7 +2,8 @@
 
     rng = stream(ch.seed, "ood-grid", n_trg, l_min, l_max, rep)   # a numpy Generator
     gen = torch_generator(ch.seed, "init", width, rep)            # a torch.Generator
-    torch.manual_seed(seed_of(ch.seed, "dropout", rep))           # an int, for APIs that take one
+    seed_torch(ch.seed, "init", width, rep)                       # torch's global generator (nn.Module init)
+    random_state = seed_of(ch.seed, "split", rep)                  # an int, for APIs that take one
 
 The chapter seed is the :class:`numpy.random.SeedSequence`'s entropy and the key its spawn key,
 so two different chapter seeds never share a stream, whatever the keys. A key is a tuple of
@@ -73,6 +74,14 @@ def seed_of(root: int, *key) -> int:
     return int(sequence(root, *key).generate_state(1, dtype="uint64")[0] >> 1)
 
 
+def seed_torch(root: int, *key) -> None:
+    """Seed torch's global generator from sub-stream ``key``, for what draws from it with no
+    ``generator=`` argument (``nn.Module`` initialisation, dropout)."""
+    import torch
+
+    torch.manual_seed(seed_of(root, *key))
+
+
 def seed_globals(root: int) -> None:
     """Seed numpy's and torch's global generators from chapter seed ``root`` (a safety net for
     library code that draws from them; the chapters' own draws name their streams)."""
@@ -83,7 +92,7 @@ def seed_globals(root: int) -> None:
         import torch
     except ImportError:
         return
-    torch.manual_seed(seed_of(root, "torch-global"))
+    seed_torch(root, "torch-global")
 
 
 def torch_generator(root: int, *key):
