@@ -5,14 +5,14 @@
     trained.losses          # [steps, members] training losses
     trained.member(3)       # member 3 as an ordinary nn.Module
 
-``make(member)`` builds one member's model (its own seed: the weights are drawn inside
-``torch.random.fork_rng`` seeded from the member's init stream, so the global generator is left
-alone); ``batch(member, generator)`` draws one training batch for it from its own
+``make(member)`` builds one member's model (its weights are drawn inside
+``torch.random.fork_rng`` seeded from the member's init stream, :func:`lib.seeding.seed_torch` of
+the chapter seed and the member's settings, so the global generator is left alone); ``batch(member, generator)`` draws one training batch for it from its own
 ``torch.Generator``; ``loss(forward, batch)`` is the scalar loss, with ``forward(*inputs)``
 standing for the model. The members' parameters are stacked (``stack_module_state``), the
 forward pass is ``vmap`` over ``functional_call``, and Adam (the formula of ``torch.optim.Adam``)
 or SGD steps every member at once with its own learning rate. Each member's numbers depend only on
-its own seed and settings, never on who else is in the batch (tested: a member trained alone and
+the chapter seed and its own settings, never on who else is in the batch (tested: a member trained alone and
 in a batch agree to float tolerance).
 
 Batching pays for the smallest models, where one model's step is dominated by per-operation
@@ -34,17 +34,23 @@ import torch
 from torch import nn
 from torch.func import functional_call, stack_module_state, vmap
 
-
-def member_seeds(seed: int) -> tuple[int, int]:
-    """A member's two independent streams of its ``seed``: initial weights, and data."""
-    init, data = np.random.SeedSequence(seed).spawn(2)
-    return int(init.generate_state(1, np.uint64)[0]), int(data.generate_state(1, np.uint64)[0])
+from lib import seeding
 
 
-def build(make: Callable[[Mapping], nn.Module], member: Mapping) -> nn.Module:
+def member_key(member: Mapping) -> tuple:
+    """A member's stream key: its settings, sorted by name (its replicate index among them)."""
+    return tuple(sorted(member.items()))
+
+
+def data_generator(root: int, member: Mapping) -> torch.Generator:
+    """The ``torch.Generator`` a member's training batches are drawn from (chapter seed ``root``)."""
+    return seeding.torch_generator(root, "population-data", member_key(member))
+
+
+def build(make: Callable[[Mapping], nn.Module], member: Mapping, root: int) -> nn.Module:
     """``make(member)`` with its weights drawn from the member's own init stream."""
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(member_seeds(member["seed"])[0])
+        seeding.seed_torch(root, "population-init", member_key(member))
         return make(member)
 
 
@@ -67,17 +73,17 @@ class Trained:
 def train(members: Sequence[Mapping], make: Callable[[Mapping], nn.Module],
           batch: Callable[[Mapping, torch.Generator], tuple], loss: Callable[[Callable, tuple], torch.Tensor],
           steps: int, lr: float = 1e-3, optimizer: str = "adam", betas: tuple[float, float] = (0.9, 0.999),
-          eps: float = 1e-8) -> Trained:
+          eps: float = 1e-8, root: int = 0) -> Trained:
     """Train every member for ``steps`` steps as one batched model; see the module docstring. A
-    member's ``"lr"``, where it has one, overrides ``lr``."""
+    member's ``"lr"``, where it has one, overrides ``lr``; ``root`` is the chapter seed."""
     if optimizer not in ("adam", "sgd"):
         raise ValueError(f"optimizer must be 'adam' or 'sgd', not {optimizer!r}")
     members = [dict(m) for m in members]
-    models = [build(make, m) for m in members]
+    models = [build(make, m, root) for m in members]
     params, buffers = stack_module_state(models)
     params = {k: v.detach().requires_grad_(True) for k, v in params.items()}
     base = copy.deepcopy(models[0]).to("meta")
-    gens = [torch.Generator().manual_seed(member_seeds(m["seed"])[1]) for m in members]
+    gens = [data_generator(root, m) for m in members]
     rates = torch.tensor([float(m.get("lr", lr)) for m in members])
 
     def member_loss(p, b, data):
@@ -155,8 +161,8 @@ def bench(n_models: int = 16, d: int = 32, batch_size: int = 32, length: int = 3
     def one_after_another() -> list[float]:
         finals = []
         for m in members:
-            model = build(make, m)
-            g = torch.Generator().manual_seed(member_seeds(m["seed"])[1])
+            model = build(make, m, 0)
+            g = data_generator(0, m)
             opt = torch.optim.Adam(model.parameters(), lr=lr)
             for _ in range(steps):
                 value = cross_entropy(model, draw(m, g))
@@ -166,9 +172,9 @@ def bench(n_models: int = 16, d: int = 32, batch_size: int = 32, length: int = 3
             finals.append(float(value.detach()))
         return finals
 
-    model = build(make, members[0])
+    model = build(make, members[0], 0)
     with FlopCounterMode(display=False) as counter:
-        cross_entropy(model, draw(members[0], torch.Generator().manual_seed(0))).backward()
+        cross_entropy(model, draw(members[0], data_generator(0, members[0]))).backward()
     flops = counter.get_total_flops() * n_models * steps
     train(members[:2], make, draw, cross_entropy, steps=2, lr=lr)  # warm-up
     t = time.perf_counter()

@@ -35,8 +35,8 @@ def test_a_member_trained_alone_and_in_a_batch_of_four_agree(optimizer):
 
 def test_the_population_trains_as_a_plain_loop_with_torch_adam_does():
     member = MEMBERS[1]
-    model = pop.build(make, member)
-    g = torch.Generator().manual_seed(pop.member_seeds(member["seed"])[1])
+    model = pop.build(make, member, 0)
+    g = pop.data_generator(0, member)
     opt = torch.optim.Adam(model.parameters(), lr=member["lr"])
     for _ in range(10):
         value = pop.cross_entropy(model, DRAW(member, g))
@@ -54,8 +54,10 @@ def test_members_draw_from_their_own_streams_and_leave_the_global_generator_alon
     torch.manual_seed(123)  # whatever the global generator holds, a member's numbers are its seed's
     again = pop.train([{"seed": 5}], make, DRAW, pop.cross_entropy, steps=2)
     assert (first.losses == again.losses).all()
-    init, data = pop.member_seeds(5)
-    assert init != data and pop.member_seeds(6) != (init, data)
+    other = pop.train([{"seed": 6}], make, DRAW, pop.cross_entropy, steps=2)
+    assert (first.losses != other.losses).all()
+    elsewhere = pop.train([{"seed": 5}], make, DRAW, pop.cross_entropy, steps=2, root=1)  # another chapter seed
+    assert (first.losses != elsewhere.losses).all()
 
 
 def test_an_unknown_optimizer_is_refused():

@@ -40,7 +40,7 @@ from lib.curriculum.experiments import (ORACLE_Q, best_of_n_vs_ltar, n_star_poin
                                         oracle_tree, sampler_cell, solve_point, stack_runs, stream,
                                         sweep_n_star, train_point)
 from lib.curriculum.policy import greedy, reinforce_gradient, sample_paths
-from lib.curriculum.test_time import (best_of_n, ltar, mean_test_z, rejection_cost,
+from lib.curriculum.inference import (best_of_n, ltar, mean_test_z, rejection_cost,
                                       test_time_theory, verification_length)
 from lib.curriculum.training import (fisher_greater_p, fisher_power, hacking_fraction,
                                      judged_correct_probability, martingale_p, samples_to_solve,

@@ -15,7 +15,7 @@ import numpy as np
 
 from lib.curriculum.one_step import (curriculum_fast, n_star, onestep_fast, onestep_literal,
                                      sampler_check)
-from lib.curriculum.test_time import best_of_n, ltar, test_time_theory
+from lib.curriculum.inference import best_of_n, ltar, test_time_theory
 from lib.curriculum.training import solve_time, train
 from lib.curriculum.tree import ReasoningTree, mod_chain, parity
 from lib.seeding import stream

@@ -22,7 +22,7 @@ class PositionalTransformer:
     logits.  (Blocked trees are not supported: their keys depend on the depth.)
     """
 
-    def __init__(self, tree: ReasoningTree, width: int | None = None, seed: int = 0):
+    def __init__(self, tree: ReasoningTree, rng: np.random.Generator, width: int | None = None):
         import torch
 
         if tree.blocked:
@@ -30,8 +30,7 @@ class PositionalTransformer:
         self.tree = tree
         n_pos = tree.d + tree.k
         width = width or 2 * n_pos
-        g = torch.Generator().manual_seed(seed)
-        basis, _ = torch.linalg.qr(torch.randn(width, width, generator=g, dtype=torch.float64))
+        basis, _ = torch.linalg.qr(torch.from_numpy(rng.standard_normal((width, width))))
         self.pos = basis[:n_pos]  # orthonormal rows: positions 0..d-1 inputs, d..d+k-1 chain
         self.W = torch.zeros(width, width, dtype=torch.float64, requires_grad=True)
         # fixed FFN on one-hot (z, x): hidden unit (u, v) = ReLU(z_u + x_v − 1), output
@@ -83,12 +82,12 @@ class PositionalTransformer:
 
 
 def compare_transformer(tree: ReasoningTree, *, steps: int, batch: int, lr: float,
-                        rng: np.random.Generator, seed: int = 0) -> dict:
+                        rng: np.random.Generator) -> dict:
     """Train the restricted transformer and the tabular policy side by side on the same inputs
     and the same uniforms (direct route, terminal oracle).  Returns the largest gap between
     their logits over training, their final greedy paths, and whether the transformer's FFN
     chain agreed with the tree's answers on every rollout."""
-    model = PositionalTransformer(tree, seed=seed)
+    model = PositionalTransformer(tree, rng)
     theta = np.zeros((tree.k, tree.d))
     gap, ffn_ok = 0.0, True
     for _ in range(steps):
