@@ -1,4 +1,4 @@
-"""Tests of lib/ddro.py: targets against sampling, the exact DDRO minimiser against a generic
+"""Tests of lib/ddro/: targets against sampling, the exact DDRO minimiser against a generic
 solver, DPO's known Bradley–Terry limit, the delta-method constant against Monte Carlo, the
 sequence policy."""
 
