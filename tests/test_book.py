@@ -11,6 +11,7 @@ import json
 import pytest
 from conftest import ROOT, companion
 
+from lib import seeding
 from lib.claims import KINDS, MAX_FALSE_ALARM, MUST_HOLD, SCHEMA_VERSION, SOURCES, VERDICTS, status_of, verdict_of
 from lib.pipeline.chapters import Book
 
@@ -23,11 +24,17 @@ def _results(profile: str, slug: str) -> dict:
 
 
 @pytest.mark.parametrize("slug", CHAPTERS)
-def test_chapter_runs_at_quick_and_its_checked_claims_hold(slug):
-    out = companion("run", slug, "--profile", "quick", timeout=600)
+def test_chapter_runs_at_quick_and_its_checked_claims_hold(slug, tmp_path):
+    log = tmp_path / "streams.tsv"
+    out = companion("run", slug, "--profile", "quick", timeout=600, env={seeding.LOG_ENV: str(log)})
     assert out.returncode == 0, f"{slug} at quick:\n{out.stdout}\n{out.stderr}"
     doc = _results("quick", slug)
     assert doc["profile"] == "quick" and doc["chapter"] == slug
+    # One seed discipline: every stream the run drew from (its sweep points' too, wherever they
+    # ran) has the chapter seed as its root, so no stream of one chapter seed is another's.
+    if f"{slug} [quick] cached" not in out.stdout:  # a cached run draws nothing
+        roots = {line.split("\t")[0] for line in log.read_text().splitlines()}
+        assert roots == {str(doc["parameters"]["seed"])}, roots
 
 
 def test_default_book_builds_without_warnings(default_book):
