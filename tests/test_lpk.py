@@ -1,4 +1,4 @@
-"""Tests of lib/lpk.py: closed forms against torch.func / autograd, the kernel-machine identity and
+"""Tests of lib.lpk: closed forms against torch.func / autograd, the kernel-machine identity and
 the two LPK identities on small problems, the bound's arithmetic, the data."""
 
 import math
@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from lib import lpk as L
+from lib.lpk.data import _flip
 
 
 @pytest.fixture(scope="module")
@@ -249,16 +250,16 @@ def test_run_sweeps_shares_configurations():
 def test_label_noise_replaces_a_fraction_by_random_labels():
     y = np.ones(1000)
     rng = np.random.default_rng(0)
-    out, changed = L._flip(y, 0.3, rng)
+    out, changed = _flip(y, 0.3, rng)
     assert changed == int(np.sum(out != y)) and set(np.unique(out)) <= {-1.0, 1.0}
     assert 100 <= changed <= 200            # Binomial(300, ½): mean 150, sd 8.7
-    all_random, _ = L._flip(y, 1.0, np.random.default_rng(1))
+    all_random, _ = _flip(y, 1.0, np.random.default_rng(1))
     assert abs(np.mean(all_random == 1.0) - 0.5) < 0.06
     # exactly ⌊n·p⌋ labels are redrawn: with y = +1 everywhere and redraws forced to −1, the count shows
     class Forced:
         def choice(self, a, size, replace=True):
             return np.arange(size) if np.ndim(a) == 0 else np.full(size, -1.0)
-    out, changed = L._flip(np.ones(10), 0.35, Forced())
+    out, changed = _flip(np.ones(10), 0.35, Forced())
     assert changed == 3 and out.tolist() == [-1, -1, -1] + [1] * 7
 
 

@@ -1,7 +1,40 @@
-"""Chapter 06 — the loss path kernel (LPK) of gradient flow (Chen et al., arXiv:2506.11357).
+"""Chapter 06 — the loss path kernel (LPK) of gradient flow and the generalisation bound built on it.
 
-The code lives in :mod:`.network` for now; this package re-exports it.
+Chen, Wang, Huang, Han, Suzuki, Mazumdar, *Generalization Bound of Gradient Flow through Training
+Trajectory and Data-dependent Kernel*, NeurIPS 2025, arXiv:2506.11357.
+
+A two-layer Softplus network with NTK scaling is trained on the logistic loss
+ℓ(w, z) = log(1 + exp(−y f(w, x))) by gradient flow dw/dt = −∇L_S(w), L_S = (1/n) Σ_i ℓ(w, z_i).
+Along the trajectory we accumulate the loss path kernel
+
+    K_T(z, z') = ∫_0^T ⟨∇_w ℓ(w_t, z), ∇_w ℓ(w_t, z')⟩ dt,
+
+for which d/dt ℓ(w_t, z) = −(1/n) Σ_i ⟨∇ℓ(w_t, z), ∇ℓ(w_t, z_i)⟩ gives the exact kernel-machine
+identity ℓ(w_T, z) = ℓ(w_0, z) − (1/n) Σ_i K_T(z, z_i).
+
+- :mod:`.data`: digits 1 vs 7 and the Gaussian mixture, with label noise.
+- :mod:`.network`: the network, its loss, per-sample gradients and line derivatives (closed form
+  beside the torch.func reference).
+- :mod:`.flow`: gradient flow (RK4) and gradient descent (Euler) with the kernels accumulated.
+- :mod:`.bounds`: the kernel-machine identity, the Taylor report, the LPK and static bounds.
+- :mod:`.ranks`: Kendall and Spearman rank correlations, the exact within-level Kendall test.
+- :mod:`.experiments`: one sweep point (:func:`run`) and the chapter's grids (:func:`run_sweeps`).
 """
 
-from lib.lpk.network import *  # noqa: F401,F403
-from lib.lpk.network import _flip  # noqa: F401
+from lib.lpk.bounds import (bound_report, confidence_term, identity_error, kernel_machine, lpk_bound_over_time,
+                            lpk_complexity, taylor_report)
+from lib.lpk.data import digits_1v7, gaussian_mixture
+from lib.lpk.experiments import run, run_sweeps
+from lib.lpk.flow import Trajectory, brute_force_lpk, gradient_flow
+from lib.lpk.network import (DTYPE, directional_derivatives, directional_derivatives_torch_func, forward,
+                             full_gradient, init_params, logistic_slope, loss_grad_gram, losses,
+                             per_sample_grads, tangent_sq_norms)
+from lib.lpk.ranks import (kendall_s, kendall_s_null, kendall_tau, partial_kendall, spearman_rho,
+                           stratified_kendall)
+
+__all__ = ["bound_report", "confidence_term", "identity_error", "kernel_machine", "lpk_bound_over_time",
+           "lpk_complexity", "taylor_report", "digits_1v7", "gaussian_mixture", "run", "run_sweeps",
+           "Trajectory", "brute_force_lpk", "gradient_flow", "DTYPE", "directional_derivatives",
+           "directional_derivatives_torch_func", "forward", "full_gradient", "init_params", "logistic_slope",
+           "loss_grad_gram", "losses", "per_sample_grads", "tangent_sq_norms", "kendall_s", "kendall_s_null",
+           "kendall_tau", "partial_kendall", "spearman_rho", "stratified_kendall"]

@@ -1,0 +1,143 @@
+"""The kernel-machine identity ℓ(w_T, z) = ℓ(w_0, z) − (1/n) Σ_i K_T(z, z_i), gradient descent's
+Taylor expansion of its gap, and the generalisation bounds: the reconstructed LPK bound beside
+the static (NTK at initialisation) one."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from lib.lpk.data import Split
+from lib.lpk.flow import Trajectory
+from lib.lpk.network import losses, tangent_sq_norms
+
+
+def kernel_machine(traj: Trajectory, split: Split, beta: float = 10.0) -> dict[str, np.ndarray]:
+    """Both sides of ℓ(w_T, z) = ℓ(w_0, z) − (1/n) Σ_i K_T(z, z_i) on the test points."""
+    if traj.K_test is None:
+        raise ValueError("run gradient_flow(..., kernels=True) to get the test × train kernel")
+    l0 = losses(traj.params0, split.X_test, split.y_test, beta)
+    lT = losses(traj.params, split.X_test, split.y_test, beta)
+    machine = l0 - traj.K_test.mean(dim=1)
+    return {"network": lT.numpy(), "machine": machine.numpy(), "initial": l0.numpy()}
+
+
+def identity_error(km: dict[str, np.ndarray]) -> float:
+    """max_z |network − machine| divided by max_z |ℓ(w_0, z) − ℓ(w_T, z)| (the size of the change
+    the kernel machine has to account for)."""
+    err = np.abs(km["network"] - km["machine"]).max()
+    return float(err / np.abs(km["initial"] - km["network"]).max())
+
+
+def taylor_report(traj: Trajectory, km: dict[str, np.ndarray]) -> dict:
+    """Gradient descent's gap between network and kernel machine against its Taylor expansion
+    (a run of :func:`gradient_flow` with ``taylor_order`` and ``remainder_nodes``), per truncation
+    t = 1..q (t = 1: the gap itself; t = 2: less the second-order term; t = 3: less the second-
+    and third-order terms):
+
+    - ``residual[t]``: max_z |gap − Σ_{2 ≤ j ≤ t} S_j| / max_z |gap|;
+    - ``position[t]``: max_z |residual − c| / w, with c and w the centre and half-width of the
+      Lagrange interval for the order-(t+1) remainder at z (≤ 1: inside at every test point);
+      ``position_coarse[t]`` the same from every other grid node;
+    - ``position_without[t]`` (t ≥ 2): the position had the order-t term been left out."""
+    gap = km["network"] - km["machine"]
+    e = traj.extras
+    if "remainder_lo" not in e:
+        raise ValueError("run gradient_flow(..., taylor_order=q, remainder_nodes=G) first")
+    S = {j: e["taylor"][j - 2] for j in range(2, e["taylor"].shape[0] + 2)}
+    out = {key: {} for key in ("residual", "position", "position_coarse", "position_without")}
+
+    def position(r, lo, hi):
+        return float(np.max(np.abs(r - (lo + hi) / 2) / ((hi - lo) / 2)))
+
+    res = gap.copy()
+    for t in range(1, len(S) + 2):
+        if t >= 2:
+            res = res - S[t]
+            out["position_without"][t] = position(res + S[t], e["remainder_lo"][t - 1],
+                                                  e["remainder_hi"][t - 1])
+        out["residual"][t] = float(np.abs(res).max() / np.abs(gap).max())
+        out["position"][t] = position(res, e["remainder_lo"][t - 1], e["remainder_hi"][t - 1])
+        out["position_coarse"][t] = position(res, e["remainder_lo_coarse"][t - 1],
+                                             e["remainder_hi_coarse"][t - 1])
+    return out
+
+
+def confidence_term(n: int, delta: float = 0.01, loss_range: float = 1.0) -> float:
+    """3 M √(log(2/δ) / (2n)): the concentration term of a Rademacher bound for a loss in [0, M]."""
+    return 3.0 * loss_range * math.sqrt(math.log(2.0 / delta) / (2.0 * n))
+
+
+def lpk_complexity(sum_K: float, trace_K: float, n: int) -> float:
+    """2 R̂: twice the Rademacher complexity of {ℓ(w_0,·) − h : ‖h‖_{H_K} ≤ √(1ᵀK1)/n},
+    i.e. (2/n²) √(1ᵀK1 · Tr K)."""
+    return 2.0 * math.sqrt(max(sum_K, 0.0) * trace_K) / n ** 2
+
+
+def static_complexity(traj: Trajectory, split: Split, beta: float = 10.0) -> float:
+    """The same RKHS-norm × trace shape with the tangent kernel frozen at initialisation (NTK):
+    2 ‖w_T − w_0‖ √(Tr Θ_0) / n (the logistic loss is 1-Lipschitz in f)."""
+    dw2 = sum(float(((traj.params[k] - traj.params0[k]) ** 2).sum()) for k in traj.params)
+    tr0 = float(tangent_sq_norms(traj.params0, split.X, beta).sum())
+    return 2.0 * math.sqrt(dw2 * tr0) / split.n
+
+
+@dataclass
+class BoundReport:
+    """One run's gap and bounds (every entry a float)."""
+
+    train_loss: float           # L_S(w_T), logistic loss capped at M
+    test_loss: float            # L_test(w_T), capped at M
+    gap: float                  # test − train, capped loss (what the bound covers)
+    gap_raw: float              # the same with the uncapped logistic loss
+    loss_drop: float            # L_S(w_0) − L_S(w_T) (uncapped: the loss gradient flow descends)
+    sum_K_over_n2: float        # 1ᵀK1 / n²
+    trace_K: float
+    lpk_term: float
+    static_term: float
+    confidence: float
+    loss_cap: float             # M
+
+    @property
+    def lpk_bound(self) -> float:
+        return self.lpk_term + self.confidence
+
+    @property
+    def static_bound(self) -> float:
+        return self.static_term + self.confidence
+
+    def as_dict(self) -> dict:
+        from dataclasses import asdict
+
+        return {**asdict(self), "lpk_bound": self.lpk_bound, "static_bound": self.static_bound}
+
+
+def bound_report(traj: Trajectory, split: Split, loss_cap: float = 3.0, delta: float = 0.01,
+                 beta: float = 10.0) -> BoundReport:
+    """The gap L_test(w_T) − L_S(w_T) beside the reconstructed LPK bound and the static bound.
+
+    The theorem needs a loss in [0, M]; the logistic loss is unbounded, so the gap is measured in
+    the capped loss min(ℓ, M). Capping is 1-Lipschitz, so by the contraction lemma the same
+    complexity terms bound the capped class; the confidence term is 3M√(log(2/δ)/(2n))."""
+    if loss_cap <= 0:
+        raise ValueError(f"loss_cap must be positive, got {loss_cap}")
+    lS = losses(traj.params, split.X, split.y, beta)
+    lT = losses(traj.params, split.X_test, split.y_test, beta)
+    cS, cT = lS.clamp(max=loss_cap), lT.clamp(max=loss_cap)
+    n = split.n
+    return BoundReport(
+        train_loss=float(cS.mean()), test_loss=float(cT.mean()), gap=float(cT.mean() - cS.mean()),
+        gap_raw=float(lT.mean() - lS.mean()),
+        loss_drop=float(traj.train_loss[0] - traj.train_loss[-1]),
+        sum_K_over_n2=float(traj.sum_K[-1]) / n ** 2, trace_K=float(traj.trace_K[-1]),
+        lpk_term=lpk_complexity(float(traj.sum_K[-1]), float(traj.trace_K[-1]), n),
+        static_term=static_complexity(traj, split, beta),
+        confidence=confidence_term(n, delta, loss_cap), loss_cap=loss_cap)
+
+
+def lpk_bound_over_time(traj: Trajectory, split: Split) -> np.ndarray:
+    """The LPK complexity term (2/n²)√(1ᵀK_t1 · Tr K_t) at every recorded time t (the confidence
+    term, constant in t, is added separately)."""
+    return np.array([lpk_complexity(s, t, split.n) for s, t in zip(traj.sum_K, traj.trace_K)])
