@@ -117,8 +117,10 @@ def test_perfect_induction_head_generalises_and_shortcut_does_not():
 
 
 def test_cells_are_deterministic():
-    kw = dict(n_vocab=N, n_pos=E.n_pos_for(6), m_train=256, m_test=64)
+    kw = dict(root=0, n_vocab=N, n_pos=E.n_pos_for(6), m_train=256, m_test=64)
     assert E.ood_cell(2, 3, 6, 0, **kw) == E.ood_cell(2, 3, 6, 0, **kw)
+    assert E.ood_cell(2, 3, 6, 1, **kw) != E.ood_cell(2, 3, 6, 0, **kw)  # another replicate
+    assert E.ood_cell(2, 3, 6, 0, **{**kw, "root": 1}) != E.ood_cell(2, 3, 6, 0, **kw)
 
 
 # -- theory ----------------------------------------------------------------------------------
@@ -190,11 +192,11 @@ def test_transition_ratio_of_a_known_one_over_n_trg_law():
 
 
 def test_scaling_cell_pairs_the_trained_model_with_the_mechanism():
-    kw = dict(n_vocab=N, n_pos=E.n_pos_for(6), m_train=256, m_test=64)
+    kw = dict(root=0, n_vocab=N, n_pos=E.n_pos_for(6), m_train=256, m_test=64)
     res = E.scaling_cell(2, 3, 6, 0, **kw)
     assert res["accuracy"] == E.ood_cell(2, 3, 6, 0, **kw)["accuracy"]
-    assert res["mechanism"] == E.mechanism_cell(2, 3, 6, 0, n_vocab=N, n_pos=E.n_pos_for(6),
-                                                m_test=64)["accuracy"]
+    assert res["mechanism"] == E.mechanism_cell(2, 3, 6, 0, root=0, n_vocab=N,
+                                                n_pos=E.n_pos_for(6), m_test=64)["accuracy"]
 
 # -- the realistic model ---------------------------------------------------------------------
 def test_realistic_model_shapes_and_determinism():
@@ -202,7 +204,8 @@ def test_realistic_model_shapes_and_determinism():
     b = sample_train(np.random.default_rng(8), N, 1, LengthDist.uniform(2, 5), 8)
     out = Transformer(cfg)(torch.as_tensor(b.tokens), torch.as_tensor(b.length))
     assert out.shape == (8, N)
-    kw = dict(n_vocab=N, n_trg=1, n_pos=20, d_model=16, n_heads=2, batch=8, steps=3, m_test=32)
+    kw = dict(root=0, n_vocab=N, n_trg=1, n_pos=20, d_model=16, n_heads=2, batch=8, steps=3,
+              m_test=32)
     assert realistic_cell(2, 5, 0, **kw) == realistic_cell(2, 5, 0, **kw)
 
 
@@ -212,10 +215,10 @@ def test_realistic_training_stops_when_the_task_is_solved():
     kw = dict(n_vocab=N, n_trg=1, n_pos=20, d_model=16, n_heads=2, batch=8, m_check=16,
               check_every=2)
     dist = LengthDist.uniform(2, 4)
-    _, never = train(RealisticConfig(steps=5, target_accuracy=1.01, **kw), dist, 0)
+    _, never = train(RealisticConfig(steps=5, target_accuracy=1.01, **kw), dist, root=0)
     assert never["steps"] == 5
-    _, at_once = train(RealisticConfig(steps=5, target_accuracy=0.0, **kw), dist, 0)
+    _, at_once = train(RealisticConfig(steps=5, target_accuracy=0.0, **kw), dist, root=0)
     assert at_once["steps"] == 0
     model, solved = train(RealisticConfig(steps=400, target_accuracy=0.9, lr=3e-3, **kw),
-                          dist, 0)
+                          dist, root=0)
     assert solved["id_accuracy"] >= 0.9 and solved["steps"] % 2 == 0 and solved["steps"] < 400

@@ -1,7 +1,10 @@
-"""The chapter's experiments, one grid cell at a time (each cell draws from its own seeded
-stream, so a sweep gives the same numbers in any order, locally or on a cluster).
+"""The chapter's experiments, one grid cell at a time. Each cell draws from its own stream of
+the chapter seed ``root`` (:mod:`lib.seeding`), named by what it draws, the cell and the
+replicate index ``seed``, so a sweep gives the same numbers in any order, locally or on a
+cluster.
 
-    ood_cell(n_trg=4, l_min=3, l_max=10, seed=0, n_vocab=32)  # → accuracy, pseudo, leftmost
+    ood_cell(n_trg=4, l_min=3, l_max=10, seed=0, root=ch.seed, n_vocab=32, n_pos=24)
+    # → R, accuracy, pseudo, leftmost
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from scipy.optimize import OptimizeWarning, curve_fit
 from lib.induction.data import LengthDist, sample_ood
 from lib.induction.one_layer import Embedding, evaluate, predict, train_two_step
 from lib.induction.theory import lemma7_w_kq, max_sum_ratio
+from lib.seeding import stream
 from lib.stats import loglog_slope  # noqa: F401  (re-exported for the chapter)
 
 
@@ -29,12 +33,14 @@ def n_pos_for(l_max: int) -> int:
     return 2 * l_max + 4
 
 
-def ood_cell(n_trg: int, l_min: int, l_max: int, seed: int, *, n_vocab: int, n_pos: int,
-             eta_v: float = 1e3, eta_kq: float = 1e4, m_train: int = 8192,
+def ood_cell(n_trg: int, l_min: int, l_max: int, seed: int, *, root: int, n_vocab: int,
+             n_pos: int, eta_v: float = 1e3, eta_kq: float = 1e4, m_train: int = 8192,
              m_test: int = 1024) -> dict:
     """Train the one-layer model with Algorithm 1 on ``Unif{l_min..l_max}`` and test it on the
-    OOD distribution: accuracy, pseudo rate and leftmost rate, plus ``R``."""
-    rng = np.random.default_rng([seed, n_trg, l_min, l_max, n_vocab])
+    OOD distribution: accuracy, pseudo rate and leftmost rate, plus ``R``. ``seed`` is the
+    replicate index and ``root`` the chapter seed: the cell draws from stream
+    ``("ood-cell", n_trg, l_min, l_max, n_vocab, seed)`` of ``root``."""
+    rng = stream(root, "ood-cell", n_trg, l_min, l_max, n_vocab, seed)
     dist = LengthDist.uniform(l_min, l_max)
     emb = Embedding(n_pos, n_vocab)
     w_kq, w_v = train_two_step(rng, emb, n_trg, dist, eta_v=eta_v, eta_kq=eta_kq,
@@ -43,12 +49,14 @@ def ood_cell(n_trg: int, l_min: int, l_max: int, seed: int, *, n_vocab: int, n_p
     return {"R": max_sum_ratio(dist), **evaluate(emb, test, w_kq, w_v)}
 
 
-def mechanism_cell(n_trg: int, l_min: int, l_max: int, seed: int, *, n_vocab: int, n_pos: int,
-                   m_test: int = 1024, scale: float = 1e6) -> dict:
-    """The leading-order theory's accuracy on the same OOD test: the model with Lemma 7's
-    ``W_KQ`` (scaled up: hard attention, the regime of large ``η_V η_KQ``) and the value matrix
-    that copies a key's token and previous token to the output (``W_V``'s leading order)."""
-    rng = np.random.default_rng([seed, n_trg, l_min, l_max, n_vocab, 1])
+def mechanism_cell(n_trg: int, l_min: int, l_max: int, seed: int, *, root: int, n_vocab: int,
+                   n_pos: int, m_test: int = 1024, scale: float = 1e6) -> dict:
+    """The leading-order theory's accuracy on an OOD test: the model with Lemma 7's ``W_KQ``
+    (scaled up: hard attention, the regime of large ``η_V η_KQ``) and the value matrix that
+    copies a key's token and previous token to the output (``W_V``'s leading order). The test
+    is drawn from stream ``("mechanism-test", n_trg, l_min, l_max, n_vocab, seed)`` of the
+    chapter seed ``root`` (``seed``: the replicate index)."""
+    rng = stream(root, "mechanism-test", n_trg, l_min, l_max, n_vocab, seed)
     dist = LengthDist.uniform(l_min, l_max)
     emb = Embedding(n_pos, n_vocab)
     w_kq = scale * lemma7_w_kq(dist, n_trg, n_vocab, n_pos)
@@ -62,14 +70,15 @@ def mechanism_cell(n_trg: int, l_min: int, l_max: int, seed: int, *, n_vocab: in
     return {"R": max_sum_ratio(dist), "accuracy": float(np.mean(pred == test.target))}
 
 
-def scaling_cell(n_trg: int, l_min: int, l_max: int, seed: int, *, n_vocab: int, n_pos: int,
-                 eta_v: float = 1e3, eta_kq: float = 1e4, m_train: int = 8192,
+def scaling_cell(n_trg: int, l_min: int, l_max: int, seed: int, *, root: int, n_vocab: int,
+                 n_pos: int, eta_v: float = 1e3, eta_kq: float = 1e4, m_train: int = 8192,
                  m_test: int = 1024) -> dict:
     """One cell of an extended grid: the trained model's OOD accuracy (``ood_cell``) beside
-    the leading-order mechanism's (``mechanism_cell``, key ``"mechanism"``)."""
-    trained = ood_cell(n_trg, l_min, l_max, seed, n_vocab=n_vocab, n_pos=n_pos, eta_v=eta_v,
-                       eta_kq=eta_kq, m_train=m_train, m_test=m_test)
-    mech = mechanism_cell(n_trg, l_min, l_max, seed, n_vocab=n_vocab, n_pos=n_pos,
+    the leading-order mechanism's (``mechanism_cell``, key ``"mechanism"``), same replicate
+    index ``seed`` and chapter seed ``root``."""
+    trained = ood_cell(n_trg, l_min, l_max, seed, root=root, n_vocab=n_vocab, n_pos=n_pos,
+                       eta_v=eta_v, eta_kq=eta_kq, m_train=m_train, m_test=m_test)
+    mech = mechanism_cell(n_trg, l_min, l_max, seed, root=root, n_vocab=n_vocab, n_pos=n_pos,
                           m_test=m_test)
     return {**trained, "mechanism": mech["accuracy"]}
 
@@ -117,14 +126,15 @@ def ratio_grid(n_trg: int, l_lo: int, l_hi: int) -> np.ndarray:
     return out
 
 
-def lemma7_point(n_trg: int, dist: LengthDist, seed: int, *, n_vocab: int, n_pos: int,
+def lemma7_point(n_trg: int, dist: LengthDist, *, root: int, n_vocab: int, n_pos: int,
                  m: int, eta_v: float = 1e3, eta_kq: float = 1e4) -> dict:
     """Algorithm 1 with a large sample ``m`` (the "population" version): the measured
     (largest positional entry)/(induction entry) of ``W_KQ`` beside ``N_trg·R`` and Lemma 7's
-    exact leading-order ratio."""
+    exact leading-order ratio. The samples come from stream ``("lemma7", n_trg, n_vocab,
+    lengths, probabilities)`` of the chapter seed ``root``."""
     from lib.induction.theory import lemma7_ratio, measured_ratio
 
-    rng = np.random.default_rng([seed, n_trg, n_vocab, 17, *dist.lengths.tolist()])
+    rng = stream(root, "lemma7", n_trg, n_vocab, dist.lengths, dist.probs)
     w_kq, _ = train_two_step(rng, Embedding(n_pos, n_vocab), n_trg, dist, eta_v=eta_v,
                              eta_kq=eta_kq, m_v=m, m_kq=m)
     measured = measured_ratio(w_kq.numpy(), n_pos, n_vocab, n_trg)

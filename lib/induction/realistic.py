@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from lib.induction.data import PAD, Batch, LengthDist, sample_ood, sample_train
+from lib.seeding import seed_torch, stream
 
 
 @dataclass(frozen=True)
@@ -71,17 +72,23 @@ def _tensors(batch: Batch):
     return torch.as_tensor(batch.tokens), torch.as_tensor(batch.length)
 
 
-def train(cfg: RealisticConfig, dist: LengthDist, seed: int) -> tuple[Transformer, dict]:
+def train(cfg: RealisticConfig, dist: LengthDist, *, root: int,
+          rep: int = 0) -> tuple[Transformer, dict]:
     """Train a fresh model with AdamW on batches of fresh pretraining sequences until it solves
     the in-distribution task (accuracy ≥ ``cfg.target_accuracy`` on ``cfg.m_check`` held-out
     pretraining sequences, checked every ``cfg.check_every`` steps) or ``cfg.steps`` steps
-    have passed. Returns the model and ``{"steps", "id_accuracy"}`` at the end."""
+    have passed. Returns the model and ``{"steps", "id_accuracy"}`` at the end.
+
+    The initialisation, the training batches and the held-out sequences come from streams
+    ``("realistic-init" | "realistic-train" | "realistic-held-out", ℓ_min, ℓ_max, rep)`` of
+    the chapter seed ``root`` (``rep``: the replicate index)."""
     if 2 * dist.l_max + 3 > cfg.n_pos:
         raise ValueError(f"n_pos={cfg.n_pos} is too small for ℓ_max={dist.l_max}")
-    rng = np.random.default_rng([seed, dist.l_min, dist.l_max, 7])
-    held_out = sample_train(np.random.default_rng([seed, dist.l_min, dist.l_max, 9]),
+    key = (dist.l_min, dist.l_max, rep)
+    rng = stream(root, "realistic-train", *key)
+    held_out = sample_train(stream(root, "realistic-held-out", *key),
                             cfg.n_vocab, cfg.n_trg, dist, cfg.m_check)
-    torch.manual_seed(int(rng.integers(2**31)))
+    seed_torch(root, "realistic-init", *key)
     model = Transformer(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     step, id_accuracy = 0, evaluate(model, held_out)["accuracy"]
@@ -110,14 +117,15 @@ def evaluate(model: Transformer, batch: Batch) -> dict:
             "leftmost": float(np.mean(pred == batch.leftmost))}
 
 
-def realistic_cell(l_min: int, l_max: int, seed: int, *, m_test: int = 1024,
+def realistic_cell(l_min: int, l_max: int, seed: int, *, root: int, m_test: int = 1024,
                    **config) -> dict:
     """One cell of Fig. 4: train on ``Unif{l_min..l_max}`` (see :func:`train`), test on the OOD
     distribution: accuracy, pseudo and leftmost rates, steps taken and final in-distribution
-    accuracy."""
+    accuracy. ``seed`` is the replicate index and ``root`` the chapter seed; the OOD test comes
+    from stream ``("realistic-ood-test", l_min, l_max, seed)``."""
     cfg = RealisticConfig(**config)
     dist = LengthDist.uniform(l_min, l_max)
-    model, info = train(cfg, dist, seed)
-    test = sample_ood(np.random.default_rng([seed, l_min, l_max, 8]), cfg.n_vocab, cfg.n_trg,
-                      l_min, l_max, m_test)
+    model, info = train(cfg, dist, root=root, rep=seed)
+    test = sample_ood(stream(root, "realistic-ood-test", l_min, l_max, seed), cfg.n_vocab,
+                      cfg.n_trg, l_min, l_max, m_test)
     return {**evaluate(model, test), **info}
