@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from kernels.swr import naive, scan, swr
 from kernels.swa import swa_blocked
 from lib.llama import RMSNorm, SwiGLU, rope
-from lib.seeding import stream
+from lib.seeding import seed_torch, torch_generator
 
 # ---------------------------------------------------------------------------------------------
 # theory
@@ -45,12 +45,12 @@ def error_bound(rho: float, length: int, block: int, u_inf: float) -> np.ndarray
     return bound
 
 
-def truncation_experiment(rho: float, length: int, block: int, channels: int, seed: int,
-                          jitter: float = 0.0) -> dict:
-    """One fp64 draw: ``u ~ N(0, 1)`` and ``a_i = ρ`` (or uniform in ``[ρ(1−jitter), ρ]``);
-    returns the measured error ``|x − x̃|`` (max over channels), the exact identity and the
-    bound at every position."""
-    g = torch.Generator().manual_seed(seed)
+def truncation_experiment(rho: float, length: int, block: int, channels: int,
+                          generator: torch.Generator, jitter: float = 0.0) -> dict:
+    """One fp64 draw from ``generator``: ``u ~ N(0, 1)`` and ``a_i = ρ`` (or uniform in
+    ``[ρ(1−jitter), ρ]``); returns the measured error ``|x − x̃|`` (max over channels), the exact
+    identity and the bound at every position."""
+    g = generator
     a = rho * (1 - jitter * torch.rand(1, 1, length, generator=g, dtype=torch.float64))
     u = torch.randn(1, 1, length, channels, generator=g, dtype=torch.float64)
     full = scan(a, u)
@@ -64,23 +64,26 @@ def truncation_experiment(rho: float, length: int, block: int, channels: int, se
                                                         / np.where(bound > 0, bound, np.inf)))}
 
 
-def truncation_point(rho: float, seed: int, *, base_seed: int, length: int, block: int, channels: int,
+def truncation_point(rho: float, seed: int, *, root: int, length: int, block: int, channels: int,
                      jitter: float = 0.0) -> dict:
-    """One sweep point of the truncation experiment: :func:`truncation_experiment` with a draw of
-    its own, seeded from (``base_seed``, ``rho``, ``seed``) alone, so the result does not depend on
-    which other points ran before it, or where."""
-    draw = stream(base_seed, "truncation", seed, rho).integers(2**62)
-    return truncation_experiment(rho, length, block, channels, seed=int(draw), jitter=jitter)
+    """One sweep point of the truncation experiment: :func:`truncation_experiment` on input
+    ``seed`` (the sweep's replicate index) of decay bound ``rho``, drawn from the sub-stream
+    ``("truncation-input", rho, seed)`` of chapter seed ``root`` alone, so the result does not
+    depend on which other points ran before it, or where."""
+    gen = torch_generator(root, "truncation-input", rho, seed)
+    return truncation_experiment(rho, length, block, channels, generator=gen, jitter=jitter)
 
 
-def implementation_agreement(shapes, block: int = 16, seed: int = 0) -> dict:
+def implementation_agreement(shapes, block: int = 16, root: int = 0) -> dict:
     """Max |difference| (fp64) of B2P (``chunked``), the compiled kernel, the masked operator
-    ``L ⊙ M`` and streaming decode against the window definition, over ``shapes`` (B, H, L, D)."""
+    ``L ⊙ M`` and streaming decode against the window definition, over ``shapes`` (B, H, L, D);
+    the input of a shape is drawn from the sub-stream ``("agreement-input", block, shape)`` of
+    chapter seed ``root``."""
     from kernels.swr import SWRState, available_impls
 
     worst: dict[str, float] = {}
-    for n, (B, H, L, D) in enumerate(shapes):
-        g = torch.Generator().manual_seed(seed + n)
+    for B, H, L, D in shapes:
+        g = torch_generator(root, "agreement-input", block, (B, H, L, D))
         a = 0.05 + 0.94 * torch.rand(B, H, L, generator=g, dtype=torch.float64)
         u = torch.randn(B, H, L, D, generator=g, dtype=torch.float64)
         ref = naive.swr_reference(a, u, block)
@@ -303,10 +306,13 @@ def evaluate(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, batc
     return total / count
 
 
-def train_lm(pattern: str, corpus: Corpus, *, seed: int, steps: int, batch: int, seq_len: int,
-             d_model: int = 64, block: int = 16, lr: float = 3e-3, eval_every: int = 50,
+def train_lm(pattern: str, corpus: Corpus, *, root: int, rep: int = 0, steps: int, batch: int,
+             seq_len: int, d_model: int = 64, block: int = 16, lr: float = 3e-3, eval_every: int = 50,
              valid_windows: int = 64, threads: int | None = 1) -> dict:
-    """Train one model; returns validation loss curve, final loss, tokens/s, parameter count.
+    """Train replicate ``rep`` of one model; returns validation loss curve, final loss, tokens/s,
+    parameter count. Draws come from chapter seed ``root``: the initialisation from the sub-stream
+    ``("lm-init", pattern, rep)``, the training batches from ``("lm-batches", rep)``, shared by
+    every pattern, so the models of one replicate see the same batches (a paired comparison).
 
     ``threads``: PyTorch intra-op threads while training (restored afterwards). Models this
     small run faster on one thread than on two, and far faster on a shared machine."""
@@ -314,15 +320,16 @@ def train_lm(pattern: str, corpus: Corpus, *, seed: int, steps: int, batch: int,
     if threads:
         torch.set_num_threads(threads)
     try:
-        return _train(pattern, corpus, seed=seed, steps=steps, batch=batch, seq_len=seq_len,
+        return _train(pattern, corpus, root=root, rep=rep, steps=steps, batch=batch, seq_len=seq_len,
                       d_model=d_model, block=block, lr=lr, eval_every=eval_every,
                       valid_windows=valid_windows)
     finally:
         torch.set_num_threads(previous)
 
 
-def lm_point(pattern: str, seed: int, *, corpus_sha256: dict[str, str], **train_kw) -> dict:
-    """One sweep point of the language-model comparison: :func:`train_lm` on the corpus named by
+def lm_point(pattern: str, seed: int, *, root: int, corpus_sha256: dict[str, str], **train_kw) -> dict:
+    """One sweep point of the language-model comparison: replicate ``seed`` (the sweep's replicate
+    index) of :func:`train_lm` with chapter seed ``root``, on the corpus named by
     ``corpus_sha256`` (module → SHA-256 of its source), read where the point runs. A worker whose
     Python has other standard-library sources is refused rather than trained on other data."""
     corpus = load_corpus(tuple(corpus_sha256))
@@ -330,18 +337,18 @@ def lm_point(pattern: str, seed: int, *, corpus_sha256: dict[str, str], **train_
         differ = sorted(m for m in corpus_sha256 if corpus.hashes.get(m) != corpus_sha256[m])
         raise ValueError(f"this worker's standard-library sources differ from the chapter's corpus "
                          f"({', '.join(differ)}): run the workers with the same Python as the chapter")
-    return train_lm(pattern, corpus, seed=seed, **train_kw)
+    return train_lm(pattern, corpus, root=root, rep=seed, **train_kw)
 
 
-def _train(pattern, corpus, *, seed, steps, batch, seq_len, d_model, block, lr, eval_every,
+def _train(pattern, corpus, *, root, rep, steps, batch, seq_len, d_model, block, lr, eval_every,
            valid_windows) -> dict:
-    torch.manual_seed(seed)
+    seed_torch(root, "lm-init", pattern, rep)
     model = Decoder(pattern, d_model=d_model, block=block)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
     warmup = max(1, steps // 10)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
-    gen = torch.Generator().manual_seed(10_000 + seed)
+    gen = torch_generator(root, "lm-batches", rep)
     vx, vy = valid_batches(corpus.valid, seq_len, valid_windows)
     curve_steps, curve = [0], [evaluate(model, vx, vy)]
     train_time = 0.0
@@ -358,6 +365,6 @@ def _train(pattern, corpus, *, seed, steps, batch, seq_len, d_model, block, lr, 
         if step % eval_every == 0 or step == steps:
             curve_steps.append(step)
             curve.append(evaluate(model, vx, vy))
-    return {"pattern": pattern, "seed": seed, "steps": curve_steps, "valid_loss": curve,
+    return {"pattern": pattern, "rep": rep, "steps": curve_steps, "valid_loss": curve,
             "final_valid_loss": curve[-1], "tokens_per_s": steps * batch * seq_len / train_time,
             "n_params": model.n_params()}

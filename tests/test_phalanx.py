@@ -20,7 +20,8 @@ def test_error_bound_by_hand():
 
 @pytest.mark.parametrize("rho", [0.5, 0.8, 0.95])
 def test_truncation_identity_and_bound(rho):
-    r = M.truncation_experiment(rho, 80, 8, channels=3, seed=1, jitter=0.3)
+    r = M.truncation_experiment(rho, 80, 8, channels=3, generator=torch.Generator().manual_seed(1),
+                                jitter=0.3)
     assert r["identity_gap"] <= 1e-12
     assert r["bound_ratio"] <= 1.0
     assert r["error"][:16].max() <= 1e-12 and r["error"][16:].max() > 0
@@ -36,7 +37,7 @@ def test_bound_is_attained_order_of_magnitude_for_constant_input():
 
 
 def test_implementation_agreement_is_tiny():
-    worst = M.implementation_agreement([(1, 2, 37, 3), (1, 1, 16, 2)])
+    worst = M.implementation_agreement([(1, 2, 37, 3), (1, 1, 16, 2)], root=3)
     assert {"masked", "decode", "chunked"} <= set(worst)
     assert max(worst.values()) <= 1e-10
 
@@ -100,21 +101,34 @@ def test_corpus_is_fixed_and_split():
 
 def test_training_lowers_the_loss():
     c = M.load_corpus(("bisect", "colorsys", "heapq"))
-    r = M.train_lm("PG", c, seed=0, steps=30, batch=4, seq_len=32, d_model=32, eval_every=30,
+    r = M.train_lm("PG", c, root=0, steps=30, batch=4, seq_len=32, d_model=32, eval_every=30,
                    valid_windows=8)
     assert r["valid_loss"][-1] < r["valid_loss"][0] - 1.0
-    r2 = M.train_lm("PG", c, seed=0, steps=30, batch=4, seq_len=32, d_model=32, eval_every=30,
+    r2 = M.train_lm("PG", c, root=0, steps=30, batch=4, seq_len=32, d_model=32, eval_every=30,
                     valid_windows=8)
     assert r2["valid_loss"] == r["valid_loss"]
 
 
+def test_training_draws_name_their_streams():
+    # another replicate or chapter seed trains another model; the replicate's batches are
+    # shared by every pattern, its initialisation is not
+    c = M.load_corpus(("bisect", "colorsys"))
+    kw = dict(steps=3, batch=2, seq_len=16, d_model=16, eval_every=3, valid_windows=2)
+    base = M.train_lm("PG", c, root=0, rep=0, **kw)["valid_loss"]
+    assert M.train_lm("PG", c, root=0, rep=1, **kw)["valid_loss"] != base
+    assert M.train_lm("PG", c, root=1, rep=0, **kw)["valid_loss"] != base
+    from lib.seeding import torch_generator
+    x, _ = M.sample_batch(c.train, 2, 16, torch_generator(0, "lm-batches", 0))
+    assert torch.equal(x, M.sample_batch(c.train, 2, 16, torch_generator(0, "lm-batches", 0))[0])
+
+
 def test_truncation_point_has_its_own_stream():
-    kw = dict(base_seed=0, length=48, block=8, channels=2, jitter=0.2)
+    kw = dict(root=0, length=48, block=8, channels=2, jitter=0.2)
     a = M.truncation_point(0.8, 1, **kw)
     assert np.array_equal(a["error"], M.truncation_point(0.8, 1, **kw)["error"])  # deterministic
     # another input, decay bound or chapter seed draws another input
     for other in (M.truncation_point(0.8, 2, **kw), M.truncation_point(0.5, 1, **kw),
-                  M.truncation_point(0.8, 1, **{**kw, "base_seed": 1})):
+                  M.truncation_point(0.8, 1, **{**kw, "root": 1})):
         assert not np.array_equal(a["bound"], other["bound"])
     assert a["identity_gap"] < 1e-12 and a["bound_ratio"] <= 1.0
 
@@ -122,7 +136,7 @@ def test_truncation_point_has_its_own_stream():
 def test_lm_point_trains_on_the_named_corpus_and_refuses_another():
     c = M.load_corpus(("bisect", "colorsys"))
     kw = dict(steps=2, batch=2, seq_len=16, d_model=16, eval_every=2, valid_windows=2)
-    r = M.lm_point("PG", 3, corpus_sha256=c.hashes, **kw)
-    assert r["valid_loss"] == M.train_lm("PG", c, seed=3, **kw)["valid_loss"]
+    r = M.lm_point("PG", 3, root=5, corpus_sha256=c.hashes, **kw)
+    assert r["valid_loss"] == M.train_lm("PG", c, root=5, rep=3, **kw)["valid_loss"]
     with pytest.raises(ValueError, match="standard-library sources differ"):
-        M.lm_point("PG", 3, corpus_sha256={**c.hashes, "bisect": "0" * 64}, **kw)
+        M.lm_point("PG", 3, root=5, corpus_sha256={**c.hashes, "bisect": "0" * 64}, **kw)
