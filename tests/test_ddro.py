@@ -11,6 +11,7 @@ from scipy import optimize
 from scipy.special import expit
 
 from lib import ddro as D
+from lib.seeding import torch_generator
 
 
 @pytest.fixture(scope="module")
@@ -157,10 +158,12 @@ def test_delta_method_constant_matches_monte_carlo(setup):
 
 def test_study_and_slope(setup):
     pi, prefs = setup
-    df = D.categorical_study(pi, prefs[:1], [50, 100], [0, 1])
+    df = D.categorical_study(pi, prefs[:1], [50, 100], range(2), root=0)
     assert len(df) == 4 and set(df.columns) >= {"ddro", "dpo", "ddro_unpaired", "kto"}
-    again = D.categorical_study(pi, prefs[:1], [50, 100], [0, 1])
+    again = D.categorical_study(pi, prefs[:1], [50, 100], range(2), root=0)
     assert df.equals(again)
+    other = D.categorical_study(pi, prefs[:1], [50, 100], range(2), root=1)
+    assert not df.equals(other)                     # another chapter seed, other draws
     assert D.loglog_slope([10, 100, 1000], [1.0, 0.1, 0.01]) == pytest.approx(-1.0)
     assert D.tv([1, 0], [0, 1]) == 1.0
 
@@ -169,10 +172,10 @@ def test_sequence_policy_and_losses():
     torch = pytest.importorskip("torch")
     seqs = D.all_sequences(3, 3)
     assert seqs.shape == (27, 3)
-    ref = D.GRUPolicy(3, seqs, hidden=8, seed=0)
+    ref = D.GRUPolicy(3, seqs, hidden=8, generator=torch_generator(0, "test-gru"))
     lp = ref.log_probs().detach()
     assert float(torch.logsumexp(lp, 0)) == pytest.approx(0.0, abs=1e-5)
-    pref = D.sequence_preference(seqs, 3, seed=0)
+    pref = D.sequence_preference(seqs, 3, root=0)
     pi = torch.exp(lp).detach().double().numpy()
     pi /= pi.sum()
     C = D.expected_pairs(pi, pref, 1000.0)
@@ -190,19 +193,19 @@ def test_sequence_policy_and_losses():
 
 def test_study_cells_do_not_depend_on_order(setup):
     pi, prefs = setup
-    df = D.categorical_study(pi, prefs[:2], [50, 100], [0, 1, 2], progress=False)
-    back = D.categorical_study(pi, prefs[:2], [100, 50], [2, 1, 0], progress=False)
+    df = D.categorical_study(pi, prefs[:2], [50, 100], [0, 1, 2], root=0, progress=False)
+    back = D.categorical_study(pi, prefs[:2], [100, 50], [2, 1, 0], root=0, progress=False)
     key = ["structure", "N", "seed"]
     pd.testing.assert_frame_equal(df.sort_values(key).reset_index(drop=True),
                                    back.sort_values(key).reset_index(drop=True))
-    one = D.categorical_point(1, 100, 2, pi=pi, prefs=prefs[:2])
+    one = D.categorical_point(1, 100, 2, root=0, pi=pi, prefs=prefs[:2])
     row = df[(df.structure == prefs[1].name) & (df.N == 100) & (df.seed == 2)].iloc[0]
     assert one == {k: row[k] for k in one}
 
 
 def test_neural_point_is_deterministic_and_shares_pairs_between_losses():
     pytest.importorskip("torch")
-    kw = dict(vocab=2, length=3, hidden=4, base_seed=0, steps=5, lr=0.05)
+    kw = dict(vocab=2, length=3, hidden=4, root=0, steps=5, lr=0.05)
     a = D.neural_point(200, "ddro", 1, **kw)
     assert a == D.neural_point(200, "ddro", 1, **kw)
     setup = D.sequence_setup(2, 3, 4, 0)

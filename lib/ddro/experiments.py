@@ -8,19 +8,20 @@ import numpy as np
 from lib.ddro.categorical import (fit_ddro_categorical, fit_dpo_categorical, fit_kto_categorical)
 from lib.ddro.neural import sequence_setup, train_neural
 from lib.ddro.preferences import Preference, paired_target, sample_pairs, sample_unpaired, tv
+from lib.seeding import stream
 
 
-def categorical_point(structure: int, N: int, seed: int, *, pi: np.ndarray, prefs: list[Preference],
-                      beta: float = 1.0, clip: float = 1e-3) -> dict:
-    """One cell of :func:`categorical_study`: structure ``prefs[structure]``, ``N`` pairs, one
-    seed. Its draws come from a generator of its own, ``default_rng([seed, 8, structure, N])``, so
-    the result does not depend on which other cells ran before it, or where."""
+def categorical_point(structure: int, N: int, seed: int, *, root: int, pi: np.ndarray,
+                      prefs: list[Preference], beta: float = 1.0, clip: float = 1e-3) -> dict:
+    """One cell of :func:`categorical_study`: structure ``prefs[structure]``, ``N`` pairs,
+    replicate ``seed``. Its pairs and its unpaired responses come from streams of their own of the
+    chapter seed ``root``, keyed by the structure's name, N and the replicate, so the result does
+    not depend on which other cells ran before it, or where."""
     pref = prefs[structure]
     target = paired_target(pi, pref)
     q = pref.P @ pi                                   # P(y beats a fresh y' ~ π_ref)
-    rng = np.random.default_rng([int(seed), 8, int(structure), int(N)])
-    C = sample_pairs(pi, pref, int(N), rng)
-    npos, nneg = sample_unpaired(pi, q, 2 * int(N), rng)
+    C = sample_pairs(pi, pref, int(N), stream(root, "categorical-pairs", pref.name, N, seed))
+    npos, nneg = sample_unpaired(pi, q, 2 * int(N), stream(root, "categorical-unpaired", pref.name, N, seed))
     return {"ddro": tv(fit_ddro_categorical(pi, C.sum(1), C.sum(0), 0.5, clip), target),
             "dpo": tv(fit_dpo_categorical(pi, C, beta), target),
             "ddro_unpaired": tv(fit_ddro_categorical(
@@ -29,9 +30,10 @@ def categorical_point(structure: int, N: int, seed: int, *, pi: np.ndarray, pref
 
 
 def categorical_study(pi: np.ndarray, prefs: list[Preference], Ns, seeds,
-                      beta: float = 1.0, clip: float = 1e-3, **sweep_kw):
-    """TV to p₊ of every categorical estimator, for every structure, N and seed: a pandas
-    DataFrame with columns structure, N, seed, and one column per method —
+                      beta: float = 1.0, clip: float = 1e-3, *, root: int, **sweep_kw):
+    """TV to p₊ of every categorical estimator, for every structure, N and replicate in ``seeds``
+    (replicate indices, ``range(n)``; the draws are streams of the chapter seed ``root``): a pandas
+    DataFrame with columns structure, N, seed (the replicate), and one column per method —
     ``ddro`` (paired, α = ½), ``dpo`` (paired), ``ddro_unpaired`` and ``kto`` (2N unpaired
     responses, each labelled preferred when it beats a fresh draw from π_ref, so that p₊ is the
     same as for pairs; α estimated by N₊/N). The cells run through :func:`lib.sweep.sweep`
@@ -42,8 +44,8 @@ def categorical_study(pi: np.ndarray, prefs: list[Preference], Ns, seeds,
 
     from lib.sweep import sweep
 
-    point = functools.partial(categorical_point, pi=np.asarray(pi, float), prefs=list(prefs), beta=beta,
-                              clip=clip)
+    point = functools.partial(categorical_point, root=root, pi=np.asarray(pi, float), prefs=list(prefs),
+                              beta=beta, clip=clip)
     records = sweep(point, {"structure": list(range(len(prefs))), "N": [int(N) for N in Ns]},
                     seeds=[int(s) for s in seeds], desc="categorical study", **sweep_kw)
     for r in records:
@@ -51,12 +53,12 @@ def categorical_study(pi: np.ndarray, prefs: list[Preference], Ns, seeds,
     return pd.DataFrame(records, columns=["structure", "N", "seed", "ddro", "dpo", "ddro_unpaired", "kto"])
 
 
-def neural_point(N: int, kind: str, seed: int, *, vocab: int, length: int, hidden: int, base_seed: int,
+def neural_point(N: int, kind: str, seed: int, *, vocab: int, length: int, hidden: int, root: int,
                  steps: int = 300, lr: float = 0.02, beta: float = 1.0) -> dict:
-    """One sequence-study run: ``N`` pairs drawn from ``default_rng([base_seed, 8, 7, seed, N])``
-    (the same pairs for both kinds at a given seed and N), the GRU fine-tuned with ``kind``
-    ("ddro" or "dpo"); its TV to p₊."""
-    setup = sequence_setup(vocab, length, hidden, base_seed)
-    counts = sample_pairs(setup.pi, setup.pref, int(N), np.random.default_rng([base_seed, 8, 7, int(seed), int(N)]))
-    pol = train_neural(kind, setup.ref, counts, steps=steps, lr=lr, seed=int(seed), beta=beta)
+    """One sequence-study run, replicate ``seed`` of the setup of chapter seed ``root``: ``N`` pairs
+    from the stream ``("gru-pairs", N, seed)`` of ``root`` (the same pairs for both kinds at a
+    given replicate and N), the GRU fine-tuned with ``kind`` ("ddro" or "dpo"); its TV to p₊."""
+    setup = sequence_setup(vocab, length, hidden, root)
+    counts = sample_pairs(setup.pi, setup.pref, int(N), stream(root, "gru-pairs", N, seed))
+    pol = train_neural(kind, setup.ref, counts, steps=steps, lr=lr, beta=beta)
     return {"tv": tv(pol, setup.target)}

@@ -3,6 +3,7 @@ distances to p₊ are exact), trained with the density-ratio loss or DPO."""
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 from dataclasses import dataclass
@@ -11,6 +12,7 @@ import numpy as np
 from scipy.special import expit
 
 from lib.ddro.preferences import Preference, paired_target
+from lib.seeding import stream, torch_generator
 from lib.sweep import one_thread
 
 
@@ -25,14 +27,13 @@ def all_sequences(vocab: int, length: int) -> np.ndarray:
     return np.array(list(itertools.product(range(vocab), repeat=length)), dtype=np.int64)
 
 
-def sequence_preference(seqs: np.ndarray, vocab: int, cycle: float = 2.0,
-                        seed: int = 0) -> Preference:
+def sequence_preference(seqs: np.ndarray, vocab: int, cycle: float = 2.0, *, root: int) -> Preference:
     """A non-Bradley–Terry preference on sequences: P(a ≻ b) = sigmoid(u(a) − u(b) + c(a, b)),
     with an additive utility u(y) = Σ_t w[y_t] (token weights ~ N(0, ½)) and a rock–paper–scissors
     term c(a, b) = ``cycle`` · rps(a_0, b_0) on the first tokens (token k beats token k+1 mod
-    vocab), which makes the preference intransitive."""
-    rng = np.random.default_rng([seed, 8, 3])
-    w = rng.normal(0.0, math.sqrt(0.5), vocab)
+    vocab), which makes the preference intransitive. The token weights are the stream
+    ``"sequence-token-weights"`` of the chapter seed ``root``."""
+    w = stream(root, "sequence-token-weights").normal(0.0, math.sqrt(0.5), vocab)
     u = w[seqs].sum(1)
     first = seqs[:, 0]
     beats = ((first[None, :] - first[:, None]) % vocab == 1).astype(float)
@@ -49,19 +50,20 @@ def _torch():
 class GRUPolicy:
     """π(y) = Π_t softmax(W h_t)[y_t], h_t = GRU(embed(y_{t−1}), h_{t−1}), y_{−1} = BOS.
 
-    Built lazily on torch; ``log_probs()`` returns log π(y) for every sequence in ``seqs``."""
+    Built lazily on torch; ``log_probs()`` returns log π(y) for every sequence in ``seqs``. Every
+    weight is drawn N(0, 1/fan-in) from ``generator`` (a ``torch.Generator``, e.g.
+    :func:`lib.seeding.torch_generator`)."""
 
-    def __init__(self, vocab: int, seqs: np.ndarray, hidden: int = 32, seed: int = 0,
+    def __init__(self, vocab: int, seqs: np.ndarray, hidden: int = 32, *, generator,
                  temperature: float = 1.0):
         torch = _torch()
-        g = torch.Generator().manual_seed(int(seed))
         self.vocab, self.temperature = vocab, temperature
         self.embed = torch.nn.Embedding(vocab + 1, hidden)
         self.gru = torch.nn.GRU(hidden, hidden, batch_first=True)
         self.head = torch.nn.Linear(hidden, vocab)
         for p in self.parameters():
             with torch.no_grad():
-                p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(max(1, p.shape[-1])))
+                p.copy_(torch.randn(p.shape, generator=generator) / math.sqrt(max(1, p.shape[-1])))
         bos = torch.full((len(seqs), 1), vocab, dtype=torch.long)
         y = torch.as_tensor(seqs)
         self._inputs = torch.cat([bos, y[:, :-1]], dim=1)
@@ -104,15 +106,14 @@ def neural_loss(kind: str, logp, logp_ref, C, alpha: float = 0.5, beta: float = 
 
 
 def train_neural(kind: str, ref: GRUPolicy, C: np.ndarray, steps: int = 300, lr: float = 0.02,
-                 seed: int = 0, beta: float = 1.0) -> np.ndarray:
+                 beta: float = 1.0) -> np.ndarray:
     """Fine-tune a copy of the reference policy on pair counts C with full-batch Adam; returns
-    the final π_θ over all sequences. (The losses depend on the data only through C, so the cost
-    does not grow with the number of pairs.)"""
+    the final π_θ over all sequences. Nothing is random: the copy starts at the reference's
+    weights. (The losses depend on the data only through C, so the cost does not grow with the
+    number of pairs.)"""
     torch = _torch()
     with one_thread():
-        torch.manual_seed(seed)
-        pol = GRUPolicy(ref.vocab, ref._targets.numpy(), hidden=ref.gru.hidden_size,
-                        temperature=ref.temperature).load_from(ref)
+        pol = copy.deepcopy(ref)
         with torch.no_grad():
             logp_ref = ref.log_probs()
         Ct = torch.as_tensor(np.asarray(C), dtype=logp_ref.dtype)
@@ -143,15 +144,16 @@ class SequenceSetup:
     target: np.ndarray
 
 
-def sequence_setup(vocab: int, length: int, hidden: int, seed: int) -> SequenceSetup:
-    """Build the sequence study from its parameters alone, on one PyTorch thread, so that the
-    chapter and every sweep worker (local process or cluster) compute the same bits."""
+def sequence_setup(vocab: int, length: int, hidden: int, root: int) -> SequenceSetup:
+    """Build the sequence study from its parameters and the chapter seed ``root`` alone (the
+    reference GRU's weights are its stream ``"gru-reference-init"``), on one PyTorch thread, so
+    that the chapter and every sweep worker (local process or cluster) compute the same bits."""
     torch = _torch()
     with one_thread():
         seqs = all_sequences(vocab, length)
-        ref = GRUPolicy(vocab, seqs, hidden=hidden, seed=seed)
+        ref = GRUPolicy(vocab, seqs, hidden=hidden, generator=torch_generator(root, "gru-reference-init"))
         with torch.no_grad():
             pi = np.exp(ref.log_probs().double().numpy())
     pi /= pi.sum()
-    pref = sequence_preference(seqs, vocab, seed=seed)
+    pref = sequence_preference(seqs, vocab, root=root)
     return SequenceSetup(seqs, ref, pi, pref, paired_target(pi, pref))
