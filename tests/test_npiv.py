@@ -81,8 +81,10 @@ def test_f2bmld_is_deterministic_and_fits_demand():
     T = lambda x: torch.tensor(x[None], dtype=torch.float32)  # noqa: E731
     data = mf.IVData(mf.Inputs(T(s.A)), T(s.W), T(s.Y))
     cfg = mf.F2BMLDConfig(n_particles=16, steps=100, eta=0.3, record_every=50)
-    r1, r2 = mf.f2bmld(data, 1.0, cfg, seed=3), mf.f2bmld(data, 1.0, cfg, seed=3)
+    r1, r2 = mf.f2bmld(data, 1.0, cfg, root=3), mf.f2bmld(data, 1.0, cfg, root=3)
     np.testing.assert_array_equal(r1.L, r2.L)
+    for other in (mf.f2bmld(data, 1.0, cfg, root=4), mf.f2bmld(data, 1.0, cfg, root=3, key=("x",))):
+        assert not np.array_equal(other.L, r1.L)  # another chapter seed or key: another run
     assert r1.L[-1, 0] < 0.5 * r1.L[0, 0]  # the Lagrangian has come down
 
 
@@ -121,6 +123,29 @@ def test_demand_structural_function_by_hand():
     assert demand.psi(np.array([5.0]))[0] == pytest.approx(2 * (0 + 1 + 0.5 - 2))
     assert demand.structural(np.array([20.0]), np.array([5.0]), np.array([2.0]))[0] == \
         pytest.approx(100 + 30 * 2 * (-1.0) - 40)
+
+
+def test_demand_scales_are_a_constant_of_the_model():
+    """The standardising constants come from a fixed reference sample, not the chapter seed:
+    a large sample of the design is standardised to mean ≈ 0 and sd ≈ 1."""
+    demand._scales.cache_clear()
+    first = demand._scales(0.5)
+    demand._scales.cache_clear()
+    assert demand._scales(0.5) == first
+    s = demand.sample(50_000, np.random.default_rng(7))
+    assert abs(s.Y.mean()) < 0.02 and abs(s.Y.std() - 1) < 0.02
+
+
+def test_dfiv_initialisation_follows_its_stream_and_leaves_torch_global_alone():
+    rng = np.random.default_rng(0)
+    z, W = rng.standard_normal((40, 2)), rng.standard_normal((40, 2))
+    Y = z[:, 0] + 0.1 * rng.standard_normal(40)
+    before = torch.random.get_rng_state()
+    fit = lambda root, key: baselines.DFIV(iterations=2).fit(z, W, Y, root, key).predict(z)  # noqa: E731
+    a = fit(0, ("x", 1))
+    assert torch.equal(torch.random.get_rng_state(), before)
+    np.testing.assert_array_equal(a, fit(0, ("x", 1)))
+    assert not np.array_equal(a, fit(0, ("x", 2))) and not np.array_equal(a, fit(1, ("x", 1)))
 
 
 def test_cartpole_step_matches_gymnasium():
@@ -167,9 +192,9 @@ def test_polishing_measures_without_moving_the_run():
     T = lambda x: torch.tensor(x[None], dtype=torch.float32)  # noqa: E731
     data = mf.IVData(mf.Inputs(T(s.A)), T(s.W), T(s.Y))
     base = mf.F2BMLDConfig(n_particles=8, steps=40, eta=0.3, sigma=0.0, record_every=10)
-    plain = mf.f2bmld(data, 1.0, base, seed=0)
+    plain = mf.f2bmld(data, 1.0, base, root=0)
     polished = mf.f2bmld(data, 1.0, mf.F2BMLDConfig(**{**base.__dict__, "polish_steps": 30}),
-                         seed=0)
+                         root=0)
     torch.testing.assert_close(plain.a.x, polished.a.x)
     np.testing.assert_allclose(polished.L_tracker, plain.L, rtol=1e-6)
     assert np.all(polished.L >= polished.L_tracker - 1e-6)  # smaller subtracted min G

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from lib.seeding import seed_torch
+
 
 def _sq_dists(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return np.maximum((x * x).sum(1)[:, None] + (y * y).sum(1)[None, :] - 2 * x @ y.T, 0.0)
@@ -169,9 +171,11 @@ class DFIV:
     ridge1: float = 1e-3
     ridge2: float = 1e-3
 
-    def fit(self, z, W, Y, seed: int, z_next=None, kappa=None):
-        with torch.random.fork_rng():  # seeded initialisation, global stream left as it was
-            torch.manual_seed(int(seed))
+    def fit(self, z, W, Y, root: int, key: tuple = (), z_next=None, kappa=None):
+        """Fit; the networks' initialisation is drawn from the sub-stream ``("dfiv-init", *key)``
+        of chapter seed ``root`` (torch's global generator is left as it was)."""
+        with torch.random.fork_rng():
+            seed_torch(root, "dfiv-init", *key)
             self.psi = _mlp(z.shape[1], self.width, self.n_features).double()
             self.phi = _mlp(W.shape[1], self.width, self.n_features).double()
         t = lambda a: None if a is None else torch.as_tensor(np.asarray(a), dtype=torch.float64)  # noqa: E731

@@ -1,6 +1,8 @@
 """The chapter's three experiments, each one call: convergence of the Lagrangian, the λ
 sweep on the demand design, and off-policy evaluation on CartPole. Every random draw comes
-from the ``seed`` argument; independent runs advance together as one batch."""
+from the chapter seed ``root`` through a sub-stream named by what it draws and the values it
+belongs to (λ, noise level, replicate ``rep``); independent runs advance together as one
+batch."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import torch
 from lib.npiv import analysis, cartpole, demand
 from lib.npiv import meanfield as mf
 from lib.npiv.baselines import DFIV, KernelIV, Sieve2SLS
+from lib.seeding import stream
 from lib.sweep import sweep
 
 
@@ -27,23 +30,24 @@ def demand_batch(samples: list[demand.DemandSample]) -> mf.IVData:
                      _tensor(np.stack([s.Y for s in samples])))
 
 
-def convergence(lams, sigmas, seeds, n: int, cfg: mf.F2BMLDConfig, seed: int,
+def convergence(lams, sigmas, reps, n: int, cfg: mf.F2BMLDConfig, root: int,
                 windows, ref_from: float, level: float | None = None, rho: float = 0.5):
-    """F²BMLD on the demand design for every (λ, σ, seed), all on one step h = ``cfg.flow_step``
-    (so iteration k is flow time t = k·h for every λ). The gap of each run is measured to its
+    """F²BMLD on the demand design for every (λ, σ, replicate in ``reps``), all on one step
+    h = ``cfg.flow_step`` (so iteration k is flow time t = k·h for every λ). The gap of each run is measured to its
     reference value, the mean of its Lagrangian over flow times ``t ≥ ref_from`` (a stretch
     after the fit windows, where the run has settled); on the flow-time window fixed for its λ
     (``windows[i]`` for ``lams[i]``), ended early where the gap first falls to ``level`` (a
     resolution fixed in advance; :func:`analysis.censored_end`), the decay rates on its two
     halves are compared (:func:`analysis.rate_fade`) and the log-gap is fitted by an
-    exponential and by a power law (:func:`analysis.compare_decay`). Runs with the same seed
-    share their data set."""
-    grid = [(lam, sig, s) for lam in lams for sig in sigmas for s in seeds]
-    samples = [demand.sample(n, np.random.default_rng([seed, 1, s])) for _, _, s in grid]
+    exponential and by a power law (:func:`analysis.compare_decay`). Runs of the same
+    replicate share their data set (sub-stream ``("convergence-data", rep)`` of chapter seed
+    ``root``)."""
+    grid = [(lam, sig, s) for lam in lams for sig in sigmas for s in reps]
+    samples = [demand.sample(n, stream(root, "convergence-data", s)) for _, _, s in grid]
     data = demand_batch(samples)
     lam = np.array([g[0] for g in grid])
     cfg = replace(cfg, sigma=_tensor([g[1] for g in grid]))
-    run = mf.f2bmld(data, lam, cfg, seed=hash((seed, 2)) % 2**31)
+    run = mf.f2bmld(data, lam, cfg, root, ("convergence",))
     t = run.steps * float(run.dt[0])
     tail = t >= ref_from
     ref = run.L[tail].mean(0)
@@ -53,7 +57,7 @@ def convergence(lams, sigmas, seeds, n: int, cfg: mf.F2BMLDConfig, seed: int,
              for i, g in enumerate(grid)]
     fits = [analysis.compare_decay(t, gap[:, i], win[g[0]][0], f.t_end)
             for i, (g, f) in enumerate(zip(grid, fades))]
-    shape = (len(lams), len(sigmas), len(seeds))
+    shape = (len(lams), len(sigmas), len(reps))
 
     def per_run(attr, of=fits):
         return np.array([getattr(f, attr) for f in of], float).reshape(shape)
@@ -84,24 +88,26 @@ def convergence(lams, sigmas, seeds, n: int, cfg: mf.F2BMLDConfig, seed: int,
     }
 
 
-def _sweep_data(seed: int, seeds, n: int, n_test: int):
-    """The λ sweep's data: one training set per seed (shared across λ) and one test set."""
-    train = {s: demand.sample(n, np.random.default_rng([seed, 3, s])) for s in seeds}
-    return train, demand.sample(n_test, np.random.default_rng([seed, 4]))
+def _sweep_data(root: int, reps, n: int, n_test: int):
+    """The λ sweep's data: one training set per replicate (shared across λ) and one test set."""
+    train = {s: demand.sample(n, stream(root, "sweep-train", s)) for s in reps}
+    return train, demand.sample(n_test, stream(root, "sweep-test"))
 
 
-def _lambda_point(i: int, seed: int, *, lams, seeds, n: int, n_test: int, cfg: mf.F2BMLDConfig,
-                  flow_time: float, snapshot_at: tuple[int, ...]) -> dict:
-    """One λ of :func:`lambda_sweep` (``lams[i]``), every seed's training set in one batch."""
-    train, test = _sweep_data(seed, seeds, n, n_test)
-    data = demand_batch([train[s] for s in seeds])
-    A_test = mf.Inputs(_tensor(np.broadcast_to(test.A, (len(seeds), *test.A.shape))))
-    k = int(np.ceil(flow_time * (1 + lams[i]) / cfg.eta))
-    mid = i == len(lams) // 2
+def _lambda_point(lam: float, seed: int, *, root: int, reps, n: int, n_test: int,
+                  cfg: mf.F2BMLDConfig, flow_time: float, snapshot_at: tuple[int, ...],
+                  lam_shown: float) -> dict:
+    """One λ of :func:`lambda_sweep`, every replicate's training set in one batch (the sweep's
+    ``seed`` is 0: the replicates are the batch)."""
+    train, test = _sweep_data(root, reps, n, n_test)
+    data = demand_batch([train[s] for s in reps])
+    A_test = mf.Inputs(_tensor(np.broadcast_to(test.A, (len(reps), *test.A.shape))))
+    k = int(np.ceil(flow_time * (1 + lam) / cfg.eta))
+    mid = lam == lam_shown
     shown = tuple(int(round(f * k)) for f in snapshot_at) if mid else ()
     half = k // 2
-    run = mf.f2bmld(data, float(lams[i]), replace(cfg, steps=k, record_every=k),
-                    seed=hash((seed, 5, i)) % 2**31, snapshot_at=(*shown, half))
+    run = mf.f2bmld(data, float(lam), replace(cfg, steps=k, record_every=k),
+                    root, ("lambda-sweep", lam), snapshot_at=(*shown, half))
     pred = run.a(A_test).numpy()
     x_half = next(x for kk, x in run.snapshots if kk == half)
     return {"mse": demand.test_mse(pred, test), "steps": k,
@@ -110,29 +116,34 @@ def _lambda_point(i: int, seed: int, *, lams, seeds, n: int, n_test: int, cfg: m
             "snapshots": [(kk, x[0].numpy().copy()) for kk, x in run.snapshots if kk in shown]}
 
 
-def _baselines_point(s: int, seed: int, *, n: int, n_test: int) -> dict:
-    """Sieve 2SLS and kernel IV on the λ sweep's training set of seed ``s``."""
-    train, test = _sweep_data(seed, [s], n, n_test)
-    tr, rng = train[s], np.random.default_rng([seed, 6, s])
-    return {"sieve 2SLS": demand.test_mse(Sieve2SLS().fit(tr.A, tr.W, tr.Y, rng).predict(test.A), test),
-            "kernel IV": demand.test_mse(KernelIV().fit(tr.A, tr.W, tr.Y, rng).predict(test.A), test)}
+def _baselines_point(seed: int, *, root: int, n: int, n_test: int) -> dict:
+    """Sieve 2SLS and kernel IV on the λ sweep's training set of replicate ``seed`` (the sweep's
+    replicate index)."""
+    train, test = _sweep_data(root, [seed], n, n_test)
+    tr = train[seed]
+    sieve = Sieve2SLS().fit(tr.A, tr.W, tr.Y, stream(root, "sieve-centres", "lambda-sweep", seed))
+    kiv = KernelIV().fit(tr.A, tr.W, tr.Y, stream(root, "kiv-split", "lambda-sweep", seed))
+    return {"sieve 2SLS": demand.test_mse(sieve.predict(test.A), test),
+            "kernel IV": demand.test_mse(kiv.predict(test.A), test)}
 
 
-def lambda_sweep(lams, seeds, n: int, n_test: int, cfg: mf.F2BMLDConfig, seed: int,
+def lambda_sweep(lams, reps, n: int, n_test: int, cfg: mf.F2BMLDConfig, root: int,
                  flow_time: float, rho: float = 0.5, snapshot_at: tuple[int, ...] = ()):
-    """Test MSE of F²BMLD's structural function for every (λ, seed) on the demand design
-    (one training set per seed, shared across λ), every λ run for the same flow time: its
-    step is h = η/(1 + λ) and it takes ⌈flow_time / h⌉ steps. Sieve 2SLS and kernel IV on the
-    same training sets for reference. Also returns the treatment particles of the run
-    ``(λ = lams[len(lams)//2], seeds[0])`` at ``snapshot_at`` (fractions of its run) and its
-    predictions, and every run's test MSE at half its flow time (a convergence diagnostic).
-    Each λ, and each seed's baselines, is one :func:`lib.sweep.sweep` point."""
-    lams, seeds = [float(v) for v in lams], [int(s) for s in seeds]
-    runs = sweep(partial(_lambda_point, lams=lams, seeds=seeds, n=n, n_test=n_test, cfg=cfg,
-                         flow_time=flow_time, snapshot_at=tuple(snapshot_at)),
-                 {"i": list(range(len(lams)))}, seeds=[seed], desc="λ sweep")
-    base = sweep(partial(_baselines_point, n=n, n_test=n_test), {"s": seeds}, seeds=[seed],
-                 desc="λ sweep baselines")
+    """Test MSE of F²BMLD's structural function for every (λ, replicate in ``reps``) on the
+    demand design (one training set per replicate, shared across λ), every λ run for the same
+    flow time: its step is h = η/(1 + λ) and it takes ⌈flow_time / h⌉ steps. Sieve 2SLS and
+    kernel IV on the same training sets for reference. Also returns the treatment particles of
+    the run ``(λ = lams[len(lams)//2], reps[0])`` at ``snapshot_at`` (fractions of its run) and
+    its predictions, and every run's test MSE at half its flow time (a convergence diagnostic).
+    Each λ, and each replicate's baselines, is one :func:`lib.sweep.sweep` point; every draw
+    comes from chapter seed ``root``."""
+    lams, reps = [float(v) for v in lams], [int(s) for s in reps]
+    runs = sweep(partial(_lambda_point, root=root, reps=reps, n=n, n_test=n_test, cfg=cfg,
+                         flow_time=flow_time, snapshot_at=tuple(snapshot_at),
+                         lam_shown=lams[len(lams) // 2]),
+                 {"lam": lams}, desc="λ sweep")
+    base = sweep(partial(_baselines_point, root=root, n=n, n_test=n_test), {},
+                 seeds=reps, desc="λ sweep baselines")
     mid = runs[len(lams) // 2]
     steps = np.array([r["steps"] for r in runs])
     return {"mse": np.array([r["mse"] for r in runs]),
@@ -140,37 +151,42 @@ def lambda_sweep(lams, seeds, n: int, n_test: int, cfg: mf.F2BMLDConfig, seed: i
             "flow_time": steps * cfg.eta / (1 + np.asarray(lams, float)),
             "baselines": {k: np.array([b[k] for b in base]) for k in ("sieve 2SLS", "kernel IV")},
             "snapshots": mid["snapshots"], "pred": mid["pred"],
-            "test": _sweep_data(seed, [], n, n_test)[1], "lam_shown": lams[len(lams) // 2]}
+            "test": _sweep_data(root, [], n, n_test)[1], "lam_shown": lams[len(lams) // 2]}
 
 
-def _ope_problem(seed: int, i: int, s: int, noise: float, n_episodes: int, n: int, gamma: float):
-    rng = np.random.default_rng([seed, 8, i, s])
+def _ope_problem(root: int, noise: float, rep: int, n_episodes: int, n: int, gamma: float):
+    """The OPE problem of noise level ``noise`` and replicate ``rep``: logged episodes and the
+    subsample, from the sub-stream ``("ope-data", noise, rep)`` of chapter seed ``root``."""
+    rng = stream(root, "ope-data", noise, rep)
     return cartpole.ope_problem(cartpole.collect(n_episodes, noise, rng), n, rng, gamma)
 
 
-def _ope_baselines_point(i: int, s: int, seed: int, *, noises, seeds, n_episodes: int, n: int,
+def _ope_baselines_point(noise: float, seed: int, *, root: int, n_episodes: int, n: int,
                          gamma: float, dfiv: DFIV) -> dict:
-    """DFIV, kernel IV and sieve 2SLS estimates on the OPE problem of noise ``noises[i]`` and
-    data seed ``s`` (the problem is rebuilt from its own stream where the point runs)."""
-    p = _ope_problem(seed, i, s, noises[i], n_episodes, n, gamma)
-    j = i * len(seeds) + seeds.index(s)
+    """DFIV, kernel IV and sieve 2SLS estimates on the OPE problem of noise level ``noise`` and
+    replicate ``seed`` (the sweep's replicate index; the problem is rebuilt from its own
+    stream where the point runs)."""
+    p = _ope_problem(root, noise, seed, n_episodes, n, gamma)
     fn = dict(z_next=p.z_next, kappa=p.kappa)
-    est = {"DFIV": p.value(dfiv.fit(p.z, p.W, p.Y, seed=hash((seed, 10, j)) % 2**31, **fn)
+    est = {"DFIV": p.value(dfiv.fit(p.z, p.W, p.Y, root, ("ope", noise, seed), **fn)
                            .predict(p.z_start))}
-    rng = np.random.default_rng([seed, 11, j])
-    est["kernel IV"] = p.value(KernelIV().fit(p.z, p.W, p.Y, rng, **fn).predict(p.z_start))
-    est["sieve 2SLS"] = p.value(Sieve2SLS().fit(p.z, p.W, p.Y, rng, **fn).predict(p.z_start))
+    kiv = KernelIV().fit(p.z, p.W, p.Y, stream(root, "kiv-split", "ope", noise, seed), **fn)
+    est["kernel IV"] = p.value(kiv.predict(p.z_start))
+    sieve = Sieve2SLS().fit(p.z, p.W, p.Y, stream(root, "sieve-centres", "ope", noise, seed), **fn)
+    est["sieve 2SLS"] = p.value(sieve.predict(p.z_start))
     return est
 
 
-def ope(noises, seeds, n_episodes: int, n: int, lams, cfg: mf.F2BMLDConfig,
-        dfiv: DFIV, seed: int, n_starts: int = 1000, gamma: float = cartpole.GAMMA):
+def ope(noises, reps, n_episodes: int, n: int, lams, cfg: mf.F2BMLDConfig,
+        dfiv: DFIV, root: int, n_starts: int = 1000, gamma: float = cartpole.GAMMA):
     """|estimated − true| policy value of F²BMLD (for every λ in ``lams``), DFIV, kernel IV
-    and sieve 2SLS on CartPole for every (noise, seed). The truth is a Monte-Carlo value per
-    noise level. The baselines' fits, one per problem, are :func:`lib.sweep.sweep` points."""
-    truth = np.array([cartpole.true_value(nz, np.random.default_rng([seed, 7, i]), n_starts,
-                                          gamma=gamma) for i, nz in enumerate(noises)])
-    P = [_ope_problem(seed, i, s, nz, n_episodes, n, gamma) for i, nz in enumerate(noises) for s in seeds]
+    and sieve 2SLS on CartPole for every (noise, replicate in ``reps``). The truth is a
+    Monte-Carlo value per noise level. The baselines' fits, one per problem, are
+    :func:`lib.sweep.sweep` points; every draw comes from chapter seed ``root``."""
+    noises, reps = [float(v) for v in noises], [int(v) for v in reps]
+    truth = np.array([cartpole.true_value(nz, stream(root, "ope-truth", nz), n_starts, gamma=gamma)
+                      for nz in noises])
+    P = [_ope_problem(root, nz, s, n_episodes, n, gamma) for nz in noises for s in reps]
     runs = [p for _ in lams for p in P]
 
     def stack(attr):
@@ -178,20 +194,17 @@ def ope(noises, seeds, n_episodes: int, n: int, lams, cfg: mf.F2BMLDConfig,
 
     data = mf.IVData(mf.Inputs(stack("z"), stack("z_next"), stack("kappa")), stack("W"),
                      stack("Y"))
-    run = mf.f2bmld(data, np.repeat(np.asarray(lams, float), len(P)), cfg,
-                    seed=hash((seed, 9)) % 2**31)
+    run = mf.f2bmld(data, np.repeat(np.asarray(lams, float), len(P)), cfg, root, ("ope",))
     q0 = run.a(mf.Inputs(stack("z_start"))).numpy()
-    shape = (len(lams), len(noises), len(seeds))
+    shape = (len(lams), len(noises), len(reps))
     est_f = np.array([p.value(q) for p, q in zip(runs, q0)]).reshape(shape)
-    base = sweep(partial(_ope_baselines_point, noises=[float(v) for v in noises],
-                         seeds=[int(v) for v in seeds], n_episodes=n_episodes, n=n, gamma=gamma,
+    base = sweep(partial(_ope_baselines_point, root=root, n_episodes=n_episodes, n=n, gamma=gamma,
                          dfiv=dfiv),
-                 {"i": list(range(len(noises))), "s": [int(v) for v in seeds]}, seeds=[seed],
-                 desc="OPE baselines")
+                 {"noise": noises}, seeds=reps, desc="OPE baselines")
     est = {k: [b[k] for b in base] for k in ("DFIV", "kernel IV", "sieve 2SLS")}
     est = {k: np.array(v).reshape(shape[1:]) for k, v in est.items()}
     return {"truth": truth,
-            "err_f2bmld": np.abs(est_f - truth[:, None]),   # (λ, noise, seed)
-            "err": {k: np.abs(v - truth[:, None]) for k, v in est.items()},  # (noise, seed)
+            "err_f2bmld": np.abs(est_f - truth[:, None]),   # (λ, noise, replicate)
+            "err": {k: np.abs(v - truth[:, None]) for k, v in est.items()},  # (noise, replicate)
             "est_f2bmld": est_f, "est": est,
             "n_transitions": np.array([len(p.Y) for p in P]).reshape(shape[1:])}

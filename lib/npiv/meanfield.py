@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from lib.seeding import torch_generator
+
 Tensor = torch.Tensor
 DTYPE = torch.float32
 
@@ -293,16 +295,20 @@ def polish_inner(w: MeanFieldNet, ha: Tensor, data: IVData, cfg: F2BMLDConfig,
     return wc
 
 
-def f2bmld(data: IVData, lam, cfg: F2BMLDConfig, seed: int,
+def f2bmld(data: IVData, lam, cfg: F2BMLDConfig, root: int, key: tuple = (),
            snapshot_at: tuple[int, ...] = ()) -> F2BMLDRun:
     """Run F²BMLD on a batch of NPIV problems, one λ per run (``lam``: scalar or (B,)).
+
+    The particles' initialisation and Langevin noise are drawn from the sub-stream
+    ``("f2bmld", *key)`` of chapter seed ``root``, the polishing steps that measure L_λ from
+    ``("f2bmld-measure", *key)`` (so measuring never moves the run).
 
     Returns the three particle systems, the recorded Lagrangian and, if asked, copies of the
     treatment particles at the iterations ``snapshot_at``."""
     torch.set_flush_denormal(True)  # subnormal floats slow tanh's tails down by 10-100x
     B = data.Y.shape[0]
-    gen = torch.Generator().manual_seed(int(seed))
-    measure_gen = torch.Generator().manual_seed(int(seed) + 1)  # measuring never moves the run
+    gen = torch_generator(root, "f2bmld", *key)
+    measure_gen = torch_generator(root, "f2bmld-measure", *key)
     lam = torch.as_tensor(lam, dtype=DTYPE).expand(B).clone()
     d_a, d_w = data.A.dim, data.W.shape[-1]
     dtype = torch.float64 if cfg.float64 else DTYPE
