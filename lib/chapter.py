@@ -145,16 +145,12 @@ class Chapter:
         return path
 
     def _provenance_outside_runner(self) -> dict:
-        import sys
         from datetime import UTC, datetime
 
         from lib.provenance import ROOT, environment, git_commit
 
         env = environment()
-        roots = [str(ROOT / d) + os.sep for d in run.SOURCE_DIRS]
-        deps = sorted({os.path.relpath(os.path.realpath(m.__file__), ROOT) for m in list(sys.modules.values())
-                       if getattr(m, "__file__", None)
-                       and any(os.path.realpath(m.__file__).startswith(r) for r in roots)})
+        deps = [os.path.relpath(f, ROOT) for f in run.loaded_sources()]
         started = datetime.now(UTC).timestamp() - self.stopwatch.elapsed
         return {"git": git_commit(), "cache_key": None, "python": env["python"], "torch": env.get("torch"),
                 "numpy": env["numpy"], "started": datetime.fromtimestamp(started, UTC).isoformat(timespec="seconds"),

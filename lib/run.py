@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 ENV = "COMPANION_RUN"
 #: Set by `companion profile` (lib/pipeline/profile.py) in its own process, so that the run
@@ -22,6 +24,16 @@ PROFILING_ENV = "COMPANION_PROFILING"
 #: The project's source folders: the runner's cache key hashes the files of these a chapter
 #: imported, and a sweep point's key the files its function's module imported.
 SOURCE_DIRS = ("lib", "kernels")
+_ROOT = Path(__file__).resolve().parents[1]
+
+
+def loaded_sources(root: str | os.PathLike | None = None) -> list[str]:
+    """The real paths of the source files under ``root``'s :data:`SOURCE_DIRS` that this process
+    has imported, sorted: what a run's (or a sweep point's) result can depend on. ``root`` is the
+    project this ``lib`` belongs to unless given."""
+    roots = [os.path.realpath(Path(root or _ROOT) / d) + os.sep for d in SOURCE_DIRS]
+    files = {os.path.realpath(m.__file__) for m in list(sys.modules.values()) if getattr(m, "__file__", None)}
+    return sorted(f for f in files if f.startswith(tuple(roots)))
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,6 @@ from lib import run
 
 #: A user's Dask scheduler for sweeps run outside `companion run --scheduler` (plain papermill).
 SCHEDULER_ENV = "COMPANION_SCHEDULER"
-_ROOT = Path(__file__).resolve().parents[1]
 
 
 @contextlib.contextmanager
@@ -99,11 +98,7 @@ def _function_digest(fn: Callable) -> bytes | None:
 
 def _loaded_sources_digest() -> str:
     h = hashlib.sha256()
-    roots = [str(_ROOT / d) + os.sep for d in run.SOURCE_DIRS]
-    files = sorted({os.path.realpath(m.__file__) for m in list(sys.modules.values())
-                    if getattr(m, "__file__", None) and any(os.path.realpath(m.__file__).startswith(r)
-                                                            for r in roots)})
-    for f in files:
+    for f in run.loaded_sources():
         h.update(f.encode() + b"\0" + Path(f).read_bytes())
     return h.hexdigest()
 

@@ -32,7 +32,7 @@ from lib import results
 from lib.claims import failing
 from lib.outputs import MARKER, UnsafeOutput, check_output, mark
 from lib.pipeline.chapters import Book, ChapterSource, UsageError
-from lib.run import SOURCE_DIRS, RunContext
+from lib.run import RunContext
 from lib.provenance import environment, git_commit
 
 ENV_FILES = ("constraints.txt", "pyproject.toml")
@@ -92,14 +92,10 @@ def cache_key(book: Book, chapter: ChapterSource, params: dict, deps: list[str])
 
 
 def _depfile_cell(root: Path) -> dict:
-    roots = [str((root / d).resolve()) for d in SOURCE_DIRS]
     src = (
-        "import json as _json, sys as _sys, os as _os\n"
-        f"_roots = {roots!r}\n"
-        "_deps = sorted({_os.path.realpath(m.__file__) for m in list(_sys.modules.values())\n"
-        "                if getattr(m, '__file__', None)\n"
-        "                and any(_os.path.realpath(m.__file__).startswith(r + _os.sep) for r in _roots)})\n"
-        f"_json.dump(_deps, open({DEPFILE!r}, 'w'))\n"
+        "import json as _json\n"
+        "from lib.run import loaded_sources as _loaded_sources\n"
+        f"_json.dump(_loaded_sources({str(root.resolve())!r}), open({DEPFILE!r}, 'w'))\n"
     )
     return {"cell_type": "code", "execution_count": None, "id": "companion-depfile",
             "metadata": {"tags": ["remove-cell"]}, "outputs": [], "source": src}
