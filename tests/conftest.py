@@ -81,7 +81,9 @@ def project(tmp_path: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def default_book() -> subprocess.CompletedProcess:
-    """`companion build` at the default profile: runs what is stale, builds _build/html."""
-    out = companion("build", "--profile", "default", timeout=3600)
+    """`companion build` at the default profile: runs what is stale (two chapters at a time, one
+    core each: most chapters train small models one Python step at a time, so two share the
+    machine better than one uses both cores), builds _build/html."""
+    out = companion("build", "--profile", "default", "--jobs", "2", timeout=3600)
     print(out.stdout[-3000:])
     return out
