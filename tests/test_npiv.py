@@ -323,6 +323,22 @@ def test_convergence_clearance_is_the_gap_at_each_window_end_over_its_fluctuatio
         assert conv["clearance"][run] == conv["gap"][run][k] / conv["tail_sd"][run]
 
 
+def test_f2bmld_flushes_denormals_only_while_it_runs():
+    s = demand.sample(16, np.random.default_rng(0))
+    T = lambda x: torch.tensor(x[None], dtype=torch.float32)  # noqa: E731
+    data = mf.IVData(mf.Inputs(T(s.A)), T(s.W), T(s.Y))
+    if not torch.set_flush_denormal(False):
+        pytest.skip("this CPU cannot flush subnormal floats")
+    mf.f2bmld(data, 1.0, mf.F2BMLDConfig(n_particles=4, steps=2, record_every=1), root=0)
+    assert not mf._flushing_denormal()
+    with mf.flush_denormal():
+        assert mf._flushing_denormal()
+        with mf.flush_denormal():
+            pass
+        assert mf._flushing_denormal()  # the inner block restores the outer's setting
+    assert not mf._flushing_denormal()
+
+
 def test_flow_step_gives_every_lambda_the_same_clock():
     """With ``flow_step`` every run steps h, whatever its λ; by default h = η/(1 + λ)."""
     s = demand.sample(32, np.random.default_rng(2))
