@@ -13,11 +13,11 @@ from lib.lpk.data import _flip
 
 @pytest.fixture(scope="module")
 def tiny():
-    return L.gaussian_mixture(12, d=5, noise=0.2, n_test=7, seed=3)
+    return L.gaussian_mixture(12, d=5, noise=0.2, n_test=7, root=3)
 
 
 def test_tangent_and_loss_gram_match_torch_func(tiny):
-    p = L.init_params(5, 9, seed=1)
+    p = L.init_params(5, 9, root=1)
     G = L.per_sample_grads(p, tiny.X, tiny.y)
     ref = G @ G.T
     fast = L.loss_grad_gram(p, tiny.X, tiny.y, tiny.X, tiny.y)
@@ -28,7 +28,7 @@ def test_tangent_and_loss_gram_match_torch_func(tiny):
 
 
 def test_full_gradient_matches_autograd(tiny):
-    p = {k: v.clone().requires_grad_(True) for k, v in L.init_params(5, 9, seed=2).items()}
+    p = {k: v.clone().requires_grad_(True) for k, v in L.init_params(5, 9, root=2).items()}
     L.losses(p, tiny.X, tiny.y).mean().backward()
     g, _ = L.full_gradient({k: v.detach() for k, v in p.items()}, tiny.X, tiny.y)
     for k in p:
@@ -38,15 +38,15 @@ def test_full_gradient_matches_autograd(tiny):
 def test_euler_kernel_is_gradient_descent_lpk(tiny):
     """The accumulated kernel of method='euler' is η Σ_k G_k G_kᵀ of gradient descent, computed
     independently from torch.func per-sample gradients."""
-    traj = L.gradient_flow(tiny, 9, T=2.0, step=0.1, method="euler", seed=4, kernels=True)
-    ref = L.brute_force_lpk(tiny, 9, T=2.0, step=0.1, seed=4)
+    traj = L.gradient_flow(tiny, 9, T=2.0, step=0.1, method="euler", root=4, kernels=True)
+    ref = L.brute_force_lpk(tiny, 9, T=2.0, step=0.1, root=4)
     torch.testing.assert_close(traj.K, ref, rtol=1e-9, atol=1e-12)
     assert traj.sum_K[-1] == pytest.approx(float(traj.K.sum()), rel=1e-10)
     assert traj.trace_K[-1] == pytest.approx(float(torch.trace(traj.K)), rel=1e-10)
 
 
 def test_two_identities_under_rk4(tiny):
-    traj = L.gradient_flow(tiny, 16, T=20.0, step=0.25, method="rk4", seed=5, kernels=True)
+    traj = L.gradient_flow(tiny, 16, T=20.0, step=0.25, method="rk4", root=5, kernels=True)
     n = tiny.n
     drop = traj.train_loss[0] - traj.train_loss[-1]
     assert drop > 0.05
@@ -59,12 +59,12 @@ def test_two_identities_under_rk4(tiny):
 def test_kernel_machine_identity_converges_with_step(tiny):
     errs = []
     for step in (0.2, 0.1, 0.05):
-        traj = L.gradient_flow(tiny, 16, T=4.0, step=step, method="euler", seed=6, kernels=True)
+        traj = L.gradient_flow(tiny, 16, T=4.0, step=step, method="euler", root=6, kernels=True)
         errs.append(L.identity_error(L.kernel_machine(traj, tiny)))
     assert errs[0] > errs[1] > errs[2]
     order = np.polyfit(np.log([0.2, 0.1, 0.05]), np.log(errs), 1)[0]
     assert 0.8 < order < 1.2            # gradient descent is first order in η
-    rk = L.gradient_flow(tiny, 16, T=4.0, step=0.2, method="rk4", seed=6, kernels=True)
+    rk = L.gradient_flow(tiny, 16, T=4.0, step=0.2, method="rk4", root=6, kernels=True)
     assert L.identity_error(L.kernel_machine(rk, tiny)) < errs[-1] / 100
 
 
@@ -72,7 +72,7 @@ def test_brute_trace_matches_closed_form(tiny):
     """Tr K accumulated from torch.func per-sample gradients equals the closed-form trace, for
     both integrators (same quadrature weights)."""
     for method, step in (("rk4", 0.5), ("euler", 0.25)):
-        traj = L.gradient_flow(tiny, 7, T=3.0, step=step, method=method, seed=8, kernels=True,
+        traj = L.gradient_flow(tiny, 7, T=3.0, step=step, method=method, root=8, kernels=True,
                                brute_trace=True)
         ref = traj.extras["trace_K_torch_func"]
         assert ref == pytest.approx(float(torch.trace(traj.K)), rel=1e-10)
@@ -80,7 +80,7 @@ def test_brute_trace_matches_closed_form(tiny):
 
 
 def test_directional_second_derivative_matches_hessian(tiny):
-    p = L.init_params(5, 6, seed=9)
+    p = L.init_params(5, 6, root=9)
     v = {k: torch.randn(t.shape, generator=torch.Generator().manual_seed(3), dtype=L.DTYPE)
          for k, t in p.items()}
     got = L.directional_derivatives_torch_func(p, v, tiny.X_test, tiny.y_test, 2)[1]
@@ -99,7 +99,7 @@ def test_directional_derivatives_match_torch_func_and_finite_differences(tiny):
     """The closed-form derivatives of s ↦ ℓ(w + s·v, z) up to order 4 against nested
     torch.func.jvp, and orders 2–4 against central finite differences of the next lower order
     (step 1e-4: the truncation error, O(h²)·ℓ^(j+2), is ~1e-7 relative here)."""
-    p = L.init_params(5, 6, seed=9)
+    p = L.init_params(5, 6, root=9)
     g = torch.Generator().manual_seed(3)
     v = {k: 0.5 * torch.randn(t.shape, generator=g, dtype=L.DTYPE) for k, t in p.items()}
     X, y = tiny.X_test, tiny.y_test
@@ -129,7 +129,7 @@ def test_taylor_terms_and_lagrange_intervals_of_gradient_descent(tiny):
     """Under gradient descent the first-order Taylor sum is the kernel machine's change; the gap
     network − machine, less the second- (and third-) order sums, lies inside the Lagrange
     intervals; and leaving the last term out puts it far outside (the check can fail)."""
-    traj = L.gradient_flow(tiny, 16, T=6.0, step=0.6, method="euler", seed=6, kernels=True,
+    traj = L.gradient_flow(tiny, 16, T=6.0, step=0.6, method="euler", root=6, kernels=True,
                            taylor_order=3, remainder_nodes=9)
     km = L.kernel_machine(traj, tiny)
     np.testing.assert_allclose(traj.extras["taylor_first"], km["machine"] - km["initial"],
@@ -149,16 +149,16 @@ def test_taylor_terms_and_lagrange_intervals_of_gradient_descent(tiny):
     wrong = L.taylor_report(L.Trajectory(**{**traj.__dict__, "extras": bad}), km)
     assert wrong["position"][3] > 1.0
     # only the Taylor terms, without intervals: the same sums
-    plain = L.gradient_flow(tiny, 16, T=6.0, step=0.6, method="euler", seed=6, taylor_order=3,
+    plain = L.gradient_flow(tiny, 16, T=6.0, step=0.6, method="euler", root=6, taylor_order=3,
                             remainder_nodes=0)
     np.testing.assert_allclose(plain.extras["taylor"], traj.extras["taylor"], rtol=1e-12)
     assert "remainder_lo" not in plain.extras
     with pytest.raises(ValueError):
         L.taylor_report(plain, km)
     with pytest.raises(ValueError):
-        L.gradient_flow(tiny, 4, T=1.0, step=0.5, method="rk4", taylor_order=2)
+        L.gradient_flow(tiny, 4, T=1.0, step=0.5, method="rk4", taylor_order=2, root=0)
     with pytest.raises(ValueError):
-        L.gradient_flow(tiny, 4, T=1.0, step=0.5, method="euler", taylor_order=4)
+        L.gradient_flow(tiny, 4, T=1.0, step=0.5, method="euler", taylor_order=4, root=0)
 
 
 def test_taylor_residuals_shrink_with_the_step(tiny):
@@ -167,7 +167,7 @@ def test_taylor_residuals_shrink_with_the_step(tiny):
     the second-order term halves with the step, and after the third-order term it quarters."""
     resid = {2: [], 3: []}
     for step in (0.4, 0.2):
-        traj = L.gradient_flow(tiny, 16, T=4.0, step=step, method="euler", seed=6, kernels=True,
+        traj = L.gradient_flow(tiny, 16, T=4.0, step=step, method="euler", root=6, kernels=True,
                                taylor_order=3, remainder_nodes=0)
         km = L.kernel_machine(traj, tiny)
         gap = km["network"] - km["machine"]
@@ -196,7 +196,7 @@ def test_bound_arithmetic():
     assert 0.7 * half < rad <= half
 
 def test_bound_report_caps_loss(tiny):
-    traj = L.gradient_flow(tiny, 16, T=30.0, step=0.5, seed=7)
+    traj = L.gradient_flow(tiny, 16, T=30.0, step=0.5, root=7)
     rep = L.bound_report(traj, tiny, loss_cap=0.3)
     assert rep.train_loss <= 0.3 and rep.test_loss <= 0.3
     assert rep.confidence == pytest.approx(L.confidence_term(tiny.n, 0.01, 0.3))
@@ -208,21 +208,27 @@ def test_bound_report_caps_loss(tiny):
 
 
 def test_data():
-    a = L.digits_1v7(100, noise=0.0, seed=1)
-    b = L.digits_1v7(100, noise=0.0, seed=1)
+    a = L.digits_1v7(100, noise=0.0, root=1)
+    b = L.digits_1v7(100, noise=0.0, root=1)
     torch.testing.assert_close(a.X, b.X)
+    # the noise is drawn after the split: the same images at every noise level
+    torch.testing.assert_close(L.digits_1v7(100, noise=0.4, root=1).X, a.X)
+    # another replicate key or another chapter seed: other images and another w_0
+    assert not torch.equal(L.digits_1v7(100, root=1, key=(1,)).X, a.X)
+    assert not torch.equal(L.digits_1v7(100, root=2).X, a.X)
+    assert not torch.equal(L.init_params(5, 3, root=1)["W"], L.init_params(5, 3, root=1, key=(0,))["W"])
     assert a.X.shape == (100, 64) and a.X_test.shape[0] + 100 == 361
     torch.testing.assert_close(a.X.norm(dim=1), torch.ones(100, dtype=L.DTYPE))
     assert set(a.y.tolist()) == {-1.0, 1.0} and a.flipped == 0
     # the 2023 protocol: ⌊n·p⌋ labels replaced by uniform ones, so about n·p/2 change
-    noisy = L.gaussian_mixture(4000, noise=0.5, n_test=10, seed=0)
+    noisy = L.gaussian_mixture(4000, noise=0.5, n_test=10, root=0)
     assert abs(noisy.flipped / 4000 - 0.25) < 0.02
     with pytest.raises(ValueError):
-        L.digits_1v7(400)
+        L.digits_1v7(400, root=0)
     with pytest.raises(ValueError):
-        L.gaussian_mixture(10, noise=1.5)
+        L.gaussian_mixture(10, noise=1.5, root=0)
     with pytest.raises(ValueError):
-        L.run("mnist", 10, 4, 0.0, 0, 1.0, 0.5)
+        L.run("mnist", 10, 4, 0.0, 0, 1.0, 0.5, root=0)
 
 
 def test_rank_correlations():
@@ -235,14 +241,14 @@ def test_run_sweeps_shares_configurations():
     base = dict(dataset=["gaussian"], T=[2.0], step=[1.0])
     grids = {"a": dict(n=[10, 12], width=[4], noise=[0.0], **base),
              "b": dict(n=[10], width=[4, 6], noise=[0.0], **base)}
-    runs = L.run_sweeps(grids, seeds=[0, 1], progress=False)
+    runs = L.run_sweeps(grids, seeds=range(2), root=3, progress=False)
     assert len(runs) == 8 and set(runs.sweep) == {"a", "b"}
     shared = runs[(runs.n == 10) & (runs.width == 4)]
     assert len(shared) == 4
     for seed in (0, 1):
         gaps = shared[shared.seed == seed].gap.to_numpy()
         assert gaps[0] == gaps[1]
-    one = L.run("gaussian", 12, 4, 0.0, 1, 2.0, 1.0)
+    one = L.run("gaussian", 12, 4, 0.0, 1, 2.0, 1.0, root=3)
     row = runs[(runs.sweep == "a") & (runs.n == 12) & (runs.seed == 1)].iloc[0]
     assert row.gap == one["gap"]
 

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from lib.lpk.network import DTYPE
+from lib.seeding import stream
 
 
 @dataclass
@@ -45,11 +46,13 @@ def _flip(y: np.ndarray, noise: float, rng: np.random.Generator) -> tuple[np.nda
     return out, int(np.sum(out != y))
 
 
-def digits_1v7(n: int, noise: float = 0.0, seed: int = 0) -> Split:
+def digits_1v7(n: int, noise: float = 0.0, *, root: int, key: tuple = ()) -> Split:
     """scikit-learn's bundled 8×8 digits, class 1 (y = +1) against class 7 (y = −1).
 
     Inputs are centred by the mean of the 1/7 images and scaled to unit norm. ``n`` images drawn at
-    random (from ``seed``) form the training set; the other 1/7 images are the test set."""
+    random form the training set; the other 1/7 images are the test set. The split, then the label
+    noise, are drawn from sub-stream ``("digits-1v7", *key)`` of chapter seed ``root``, so the same
+    ``root`` and ``key`` give the same images at every noise level."""
     from sklearn.datasets import load_digits
 
     digits = load_digits()
@@ -59,7 +62,7 @@ def digits_1v7(n: int, noise: float = 0.0, seed: int = 0) -> Split:
     if not 2 <= n < len(y) - 10:
         raise ValueError(f"n must lie in [2, {len(y) - 11}] for digits 1 vs 7, got {n}")
     X = _unit_rows(X - X.mean(axis=0))
-    rng = np.random.default_rng([seed, 6, 1])
+    rng = stream(root, "digits-1v7", *key)
     order = rng.permutation(len(y))
     tr, te = order[:n], order[n:]
     y_tr, flipped = _flip(y[tr], noise, rng)
@@ -68,11 +71,12 @@ def digits_1v7(n: int, noise: float = 0.0, seed: int = 0) -> Split:
 
 
 def gaussian_mixture(n: int, d: int = 20, noise: float = 0.0, n_test: int = 2000,
-                     separation: float = 1.5, seed: int = 0) -> Split:
+                     separation: float = 1.5, *, root: int, key: tuple = ()) -> Split:
     """Synthetic task: x = y·μ + ξ projected to the unit sphere, y = ±1 with equal probability,
     μ = separation · e_1 / √d and ξ ~ N(0, I_d / d) (so ‖ξ‖ ≈ 1 and, before the projection, the
-    Bayes error is Φ(−separation)). The test set is a fresh sample of ``n_test`` points."""
-    rng = np.random.default_rng([seed, 6, 2])
+    Bayes error is Φ(−separation)). The test set is a fresh sample of ``n_test`` points. Everything is
+    drawn from sub-stream ``("gaussian-mixture", *key)`` of chapter seed ``root``."""
+    rng = stream(root, "gaussian-mixture", *key)
     mu = np.zeros(d)
     mu[0] = separation / math.sqrt(d)
 

@@ -62,22 +62,25 @@ def _axpy(p: Params, h: float, r: Params) -> Params:
 
 
 def gradient_flow(split: Split, width: int, T: float, step: float, *, method: str = "rk4",
-                  beta: float = 10.0, seed: int = 0, kernels: bool = False,
+                  beta: float = 10.0, root: int, key: tuple = (), kernels: bool = False,
                   n_records: int = 50, brute_trace: bool = False,
                   taylor_order: int = 0, remainder_nodes: int = 9) -> Trajectory:
     """See :func:`_gradient_flow`. Runs on one torch thread: the operations are tiny (hundreds of
     rows), and several threads only add synchronisation cost (20× slower on a busy 2-core
     machine in our measurements). The caller's thread count is restored afterwards."""
     with one_thread():
-        return _gradient_flow(split, width, T, step, method=method, beta=beta, seed=seed,
+        return _gradient_flow(split, width, T, step, method=method, beta=beta, root=root, key=key,
                               kernels=kernels, n_records=n_records, brute_trace=brute_trace,
                               taylor_order=taylor_order, remainder_nodes=remainder_nodes)
 
 
 def _gradient_flow(split: Split, width: int, T: float, step: float, *, method: str,
-                   beta: float, seed: int, kernels: bool, n_records: int, brute_trace: bool = False,
-                   taylor_order: int = 0, remainder_nodes: int = 9) -> Trajectory:
-    """Integrate gradient flow on L_S from N(0,1) initialisation up to time T.
+                   beta: float, root: int, key: tuple, kernels: bool, n_records: int,
+                   brute_trace: bool = False, taylor_order: int = 0,
+                   remainder_nodes: int = 9) -> Trajectory:
+    """Integrate gradient flow on L_S from N(0,1) initialisation up to time T (the initialisation
+    :func:`~lib.lpk.network.init_params` draws from ``root`` and ``key``: runs that share them
+    start from the same w_0).
 
     ``method="euler"`` is full-batch gradient descent with learning rate ``step`` and the kernels
     accumulated by the rectangle rule η Σ_k ⟨∇ℓ(w_k, z), ∇ℓ(w_k, z')⟩; ``method="rk4"`` integrates
@@ -115,7 +118,7 @@ def _gradient_flow(split: Split, width: int, T: float, step: float, *, method: s
         raise ValueError("T and step must be positive")
     n_steps = max(1, round(T / step))
     h = T / n_steps
-    p0 = init_params(split.X.shape[1], width, seed)
+    p0 = init_params(split.X.shape[1], width, root=root, key=key)
     p = dict(p0)
     n, nt = split.n, split.X_test.shape[0]
     K = torch.zeros(n, n, dtype=DTYPE) if kernels else None
@@ -188,11 +191,12 @@ def _gradient_flow(split: Split, width: int, T: float, step: float, *, method: s
                       sum_K=arr("one"), K=K, K_test=Kt, extras=extras)
 
 
-def brute_force_lpk(split: Split, width: int, T: float, step: float, beta: float = 10.0,
-                    seed: int = 0) -> torch.Tensor:
+def brute_force_lpk(split: Split, width: int, T: float, step: float, beta: float = 10.0, *,
+                    root: int, key: tuple = ()) -> torch.Tensor:
     """The train × train LPK of gradient descent from torch.func per-sample gradients (the slow
-    reference for :func:`gradient_flow` with ``method="euler"``; small problems only)."""
-    p = init_params(split.X.shape[1], width, seed)
+    reference for :func:`gradient_flow` with ``method="euler"`` and the same ``root`` and ``key``;
+    small problems only)."""
+    p = init_params(split.X.shape[1], width, root=root, key=key)
     K = torch.zeros(split.n, split.n, dtype=DTYPE)
     for _ in range(max(1, round(T / step))):
         G = per_sample_grads(p, split.X, split.y, beta)

@@ -19,14 +19,25 @@ import math
 
 import torch
 
+from lib.seeding import torch_generator
+
 DTYPE = torch.float64
+#: Where softplus switches to its linear branch (βx above it): softplus(x) = x + log1p(e^{−x}) is x
+#: to float64 precision there, so σ's closed-form derivatives (sigmoid) are the derivatives of what
+#: :func:`forward` computes. torch's default of 20 leaves an e^{−20} ≈ 2e-9 mismatch against autograd.
+LINEAR_ABOVE = 40.0
+
+
+def _softplus(x: torch.Tensor, beta: float = 1.0) -> torch.Tensor:
+    return torch.nn.functional.softplus(x, beta=beta, threshold=LINEAR_ABOVE)
 
 Params = dict[str, torch.Tensor]   # {"W": (m, d), "a": (m,)}
 
 
-def init_params(d: int, width: int, seed: int) -> Params:
-    """N(0, 1) initialisation of both layers (NTK scaling puts the 1/√m in the forward pass)."""
-    g = torch.Generator().manual_seed(int(seed))
+def init_params(d: int, width: int, *, root: int, key: tuple = ()) -> Params:
+    """N(0, 1) initialisation of both layers (NTK scaling puts the 1/√m in the forward pass), drawn
+    from sub-stream ``("init", *key)`` of chapter seed ``root``."""
+    g = torch_generator(root, "init", *key)
     return {"W": torch.randn(width, d, generator=g, dtype=DTYPE),
             "a": torch.randn(width, generator=g, dtype=DTYPE)}
 
@@ -34,13 +45,13 @@ def init_params(d: int, width: int, seed: int) -> Params:
 def forward(params: Params, X: torch.Tensor, beta: float = 10.0) -> torch.Tensor:
     """f(w, x) = m^{-1/2} Σ_j a_j softplus(β w_jᵀx)/β for every row of X."""
     m = params["a"].shape[0]
-    h = torch.nn.functional.softplus(X @ params["W"].T, beta=beta)
+    h = _softplus(X @ params["W"].T, beta=beta)
     return h @ params["a"] / math.sqrt(m)
 
 
 def logistic(f: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """ℓ = log(1 + exp(−y f)), computed stably."""
-    return torch.nn.functional.softplus(-y * f)
+    return _softplus(-y * f)
 
 
 def logistic_slope(f: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -69,7 +80,7 @@ def per_sample_grads(params: Params, X: torch.Tensor, y: torch.Tensor,
 def _features(params: Params, X: torch.Tensor, beta: float):
     """Hidden pre-activations' softplus and its derivative: σ(Wx) and σ'(Wx) = sigmoid(βWx)."""
     u = X @ params["W"].T
-    return torch.nn.functional.softplus(u, beta=beta), torch.sigmoid(beta * u)
+    return _softplus(u, beta=beta), torch.sigmoid(beta * u)
 
 
 def tangent_gram(params: Params, Xa: torch.Tensor, Xb: torch.Tensor,
@@ -172,7 +183,7 @@ def _line_derivatives(u, du, a, va, y, order, beta):
     # P_i = S^(i)(βu) δ^{i+1}: f^(k) = β^{k−1} P_{k−1}·a + k β^{k−2} P_{k−2}·v_a (k ≥ 2)
     P = [q * du ** (i + 1) for i, q in enumerate(_sigmoid_derivatives(torch.sigmoid(beta * u),
                                                                        order - 1))]
-    h = torch.nn.functional.softplus(u, beta=beta)
+    h = _softplus(u, beta=beta)
     f = [h @ a, P[0] @ a + h @ va]
     f += [beta ** (k - 1) * (P[k - 1] @ a) + k * beta ** (k - 2) * (P[k - 2] @ va)
           for k in range(2, order + 1)]
