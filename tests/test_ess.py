@@ -208,9 +208,11 @@ def test_trained_swr_mixer_is_the_swr_kernel_per_key_dimension():
 def test_training_is_deterministic_and_learns():
     cfg = M.ModelConfig("softmax", d_k=8, d_model=32)
     tc = M.TrainConfig(n_pairs=2, steps=40, batch=16, lr=1e-2)
-    m1, l1 = M.train(cfg, tc, seed=3)
-    m2, l2 = M.train(cfg, tc, seed=3)
+    m1, l1 = M.train(cfg, tc, root=3, init=("init",), batches=("batches",))
+    m2, l2 = M.train(cfg, tc, root=3, init=("init",), batches=("batches",))
     assert l1 == l2
+    _, l3 = M.train(cfg, tc, root=3, init=("init",), batches=("other batches",))
+    assert l3 != l1
     assert np.mean(l1[-5:]) < np.mean(l1[:5])
 
 

@@ -44,6 +44,7 @@ from torch import nn
 
 from lib.ess import spectrum
 from lib.ess.tasks import IGNORE, Vocab, delimited_mqar, mqar
+from lib.seeding import seed_torch, stream
 from lib.sweep import one_thread
 
 __all__ = ["MODEL_MIXERS", "ModelConfig", "MixerLM", "TrainConfig", "train", "accuracy",
@@ -198,19 +199,23 @@ def _batch(rng, tc: TrainConfig, batch: int):
     return torch.from_numpy(t), torch.from_numpy(y)
 
 
-def train(cfg: ModelConfig, tc: TrainConfig, seed: int) -> tuple[MixerLM, list[float]]:
+def train(cfg: ModelConfig, tc: TrainConfig, *, root: int, init: tuple,
+          batches: tuple) -> tuple[MixerLM, list[float]]:
     """Train a fresh model with Adam on freshly drawn batches; returns the model and the loss
-    curve. Deterministic given ``seed`` (model init from a forked torch RNG, data from
-    ``np.random.default_rng([seed, 1])``). Runs single-threaded."""
+    curve. Deterministic given the chapter seed ``root`` and two stream keys: the initial weights
+    come from torch's global generator seeded by ``seed_torch(root, *init)`` (in a forked RNG
+    state: the caller's is untouched), the batches from ``stream(root, *batches)``. Runs
+    single-threaded."""
     with one_thread():     # tiny models: one thread is fastest; parallelise across runs
-        return _train(cfg, tc, seed)
+        return _train(cfg, tc, root, init, batches)
 
 
-def _train(cfg: ModelConfig, tc: TrainConfig, seed: int) -> tuple[MixerLM, list[float]]:
+def _train(cfg: ModelConfig, tc: TrainConfig, root: int, init: tuple,
+           batches: tuple) -> tuple[MixerLM, list[float]]:
     with torch.random.fork_rng():
-        torch.manual_seed(seed)
+        seed_torch(root, *init)
         model = MixerLM(cfg)
-    rng = np.random.default_rng([seed, 1])
+    rng = stream(root, *batches)
     opt = torch.optim.AdamW(model.parameters(), lr=tc.lr, weight_decay=tc.weight_decay)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=tc.lr, total_steps=tc.steps,
                                                 pct_start=0.1)
@@ -269,10 +274,15 @@ def _positions_mean(a: np.ndarray, start: int = 1) -> float:
     return float(np.mean(a[..., start:]))
 
 
-def run_mqar(mixer: str, d_k: int, n_pairs: int, seed: int, *, length: int = 48,
-             steps: int = 300, batch: int = 32, lr: float = 3e-3, d_model: int = 48,
+def run_mqar(mixer: str, d_k: int, n_pairs: int, seed: int, *, root: int, study: str = "mqar",
+             length: int = 48, steps: int = 300, batch: int = 32, lr: float = 3e-3, d_model: int = 48,
              reg: float = 0.0, n_eval: int = 256, n_ess: int = 16, block: int = 8) -> dict:
-    """Train one model on MQAR and measure it: test accuracy (and the number of query
+    """Train one model on MQAR, replicate ``seed`` of ``study`` under the chapter seed ``root``,
+    and measure it. The draws are keyed by what they are: the initial weights by the model
+    (mixer, d_k, κ) and the replicate, the training batches and the test set by the task (κ)
+    and the replicate; so every model of a replicate trains on the same batches and is measured
+    on the same test sequences, and models that differ only in the regulariser ``reg`` also start
+    from the same weights. Measured: test accuracy (and the number of query
     positions it was measured on, ``n_queries``), and ESS / TSS of its mixer on ``n_ess`` test
     sequences, averaged over sequences and positions ``1 … ℓ−1`` (``ess_*``, ``tss``) and over
     the query phase ``2κ … ℓ−1`` only (``*_query``); ``max_ess_minus_tss`` is the largest
@@ -282,8 +292,9 @@ def run_mqar(mixer: str, d_k: int, n_pairs: int, seed: int, *, length: int = 48,
     cfg = ModelConfig(mixer, d_k, d_model=d_model, vocab_size=vocab.size, block=block)
     tc = TrainConfig(n_pairs=n_pairs, steps=steps, batch=batch, lr=lr, reg=reg, length=length,
                      vocab=vocab)
-    model, losses = train(cfg, tc, seed)
-    tokens, targets = mqar(np.random.default_rng([seed, 2]), n_eval, n_pairs, length, vocab)
+    model, losses = train(cfg, tc, root=root, init=(study, "init", mixer, d_k, n_pairs, seed),
+                          batches=(study, "batches", n_pairs, seed))
+    tokens, targets = mqar(stream(root, study, "test", n_pairs, seed), n_eval, n_pairs, length, vocab)
     prof = task_ess(model, tokens[:n_ess])
     out = {"accuracy": accuracy(model, tokens, targets), "n_queries": int((targets != IGNORE).sum()),
            "final_loss": float(np.mean(losses[-20:])),
@@ -303,12 +314,14 @@ def run_mqar(mixer: str, d_k: int, n_pairs: int, seed: int, *, length: int = 48,
     return out
 
 
-def run_delimited(d_k: int, n_pairs: int, seed: int, *, delimited: bool, n_segments: int = 3,
+def run_delimited(d_k: int, n_pairs: int, seed: int, *, root: int, delimited: bool, n_segments: int = 3,
                   segment_length: int = 16, n_keys: int = 8, p_absent: float = 0.25,
                   steps: int = 400, batch: int = 32, lr: float = 3e-3, d_model: int = 48,
                   n_eval: int = 256, n_ess: int = 16, tau: float = 1e-2) -> dict:
     """Train a GLA model on the delimited task (``delimited=True``) or on single segments of the
-    same task (no delimiter ever seen), then measure both on delimited sequences: accuracy, the
+    same task (no delimiter ever seen), replicate ``seed`` under the chapter seed ``root``: both
+    arms of a replicate start from the same weights and are measured on the same delimited test
+    sequences; their training batches are keyed by the task they train on. Measured: accuracy, the
     ESS profile over positions (tolerance ``tau``, mean over sequences), the mean gate, the ESS
     right after each delimiter (position ``d+1``: the state that has just read the delimiter)
     and the mean ESS elsewhere — at the other positions where the block shape does not cap the
@@ -318,9 +331,10 @@ def run_delimited(d_k: int, n_pairs: int, seed: int, *, delimited: bool, n_segme
     cfg = ModelConfig("gla", d_k, d_model=d_model, vocab_size=vocab.size)
     tc = TrainConfig(n_pairs=n_pairs, steps=steps, batch=batch, lr=lr, length=segment_length,
                      n_segments=n_segments if delimited else 1, p_absent=p_absent, vocab=vocab)
-    model, _ = train(cfg, tc, seed)
-    tokens, targets, delims = delimited_mqar(np.random.default_rng([seed, 2]), n_eval, n_pairs,
-                                             n_segments, segment_length, vocab, p_absent)
+    model, _ = train(cfg, tc, root=root, init=("delimited", "init", d_k, n_pairs, seed),
+                     batches=("delimited", "batches", tc.n_segments, n_pairs, seed))
+    tokens, targets, delims = delimited_mqar(stream(root, "delimited", "test", n_segments, n_pairs, seed),
+                                             n_eval, n_pairs, n_segments, segment_length, vocab, p_absent)
     prof = task_ess(model, tokens[:n_ess], taus=(tau,))
     ess = prof[f"tol={tau:g}"].mean(axis=0)
     L = len(ess)
