@@ -18,7 +18,7 @@ from pathlib import Path
 import matplotlib as mpl
 import matplotlib.pyplot as plt
 import numpy as np
-from scipy import stats
+from lib.stats import geometric_ci, mean_ci
 
 #: Okabe–Ito, the colour-blind-safe qualitative palette (black is reserved for theory).
 PALETTE = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442"]
@@ -47,17 +47,6 @@ def figure(ncols: int = 1, nrows: int = 1, width: float = 6.4, height: float = 4
     return plt.subplots(nrows, ncols, figsize=(width * (ncols if ncols > 1 else 1) ** 0.85,
                                                height * nrows ** 0.9), squeeze=True,
                         layout="constrained", **kw)
-
-
-def mean_ci(samples, axis: int = -1, level: float = 0.95):
-    """Mean and half-width of the Student-t interval over ``axis`` (0 width for one sample)."""
-    s = np.asarray(samples, dtype=float)
-    n = s.shape[axis]
-    mean = np.nanmean(s, axis=axis)
-    if n < 2:
-        return mean, np.zeros_like(mean)
-    sem = np.nanstd(s, axis=axis, ddof=1) / np.sqrt(n)
-    return mean, stats.t.ppf(0.5 + level / 2, n - 1) * sem
 
 
 def theory(ax, x, y, label: str = "theory", **kw):
@@ -106,25 +95,7 @@ def save(fig, out_dir: str | os.PathLike, name: str) -> Path:
     return path
 
 
-# -- intervals that respect the quantity --------------------------------------------------------
-def wilson(successes, trials, level: float = 0.95):
-    """Wilson score interval ``(low, high)`` for a proportion: stays inside [0, 1]."""
-    k, n = np.asarray(successes, dtype=float), np.asarray(trials, dtype=float)
-    z = stats.norm.ppf(0.5 + level / 2)
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return centre - half, centre + half
-
-
-def geometric_ci(samples, axis: int = -1, level: float = 0.95):
-    """Geometric mean and Student-t interval of ``log samples`` mapped back: ``(centre, low, high)``,
-    all positive, for quantities drawn on log axes."""
-    logs = np.log(np.asarray(samples, dtype=float))
-    centre, half = mean_ci(logs, axis=axis, level=level)
-    return np.exp(centre), np.exp(centre - half), np.exp(centre + half)
-
-
+# -- intervals that respect the quantity (computed in lib.stats) ---------------------------------
 def interval_errorbar(ax, x, centre, low, high, label: str | None = None, index: int = 0, **kw):
     """Points with asymmetric intervals ``[low, high]`` (from :func:`wilson`, :func:`geometric_ci`
     or a bootstrap), in the simulation style."""
@@ -134,3 +105,43 @@ def interval_errorbar(ax, x, centre, low, high, label: str | None = None, index:
     return ax.errorbar(x, centre, yerr=yerr, label=label, color=kw.pop("color", PALETTE[index % len(PALETTE)]),
                        marker=kw.pop("marker", MARKERS[index % len(MARKERS)]), linestyle="none",
                        markersize=5, capsize=2.5, elinewidth=1.0, zorder=4, **kw)
+
+
+def geometric_points(ax, x, samples, label: str | None = None, index: int = 0, **kw):
+    """Geometric means over seeds (last axis) with their 95% geometric intervals, for log axes."""
+    return interval_errorbar(ax, x, *geometric_ci(samples), label=label, index=index, **kw)
+
+
+def geometric_band(ax, x, samples, label: str | None = None, index: int = 0, alpha: float = 0.15, **kw):
+    """A positive curve over many x: geometric mean line and 95% geometric band over seeds."""
+    centre, low, high = geometric_ci(samples, axis=-1)
+    color = kw.pop("color", PALETTE[index % len(PALETTE)])
+    (line,) = ax.plot(x, centre, color=color, label=label, linewidth=1.5, **kw)
+    ax.fill_between(x, low, high, color=color, alpha=alpha, linewidth=0)
+    return line
+
+
+def range_band(ax, x, samples, label: str | None = None, index: int = 0, axis: int = 1, **kw):
+    """Mean (line) and the range (band) of ``samples`` over ``axis`` (seeds, channels): a band that
+    stays inside the quantity's range (accuracies in [0, 1]). ``kw`` styles the line."""
+    s = np.asarray(samples, dtype=float)
+    color = kw.pop("color", PALETTE[index % len(PALETTE)])
+    ax.fill_between(x, np.nanmin(s, axis=axis), np.nanmax(s, axis=axis), color=color, alpha=0.2, linewidth=0)
+    (line,) = ax.plot(x, np.nanmean(s, axis=axis), color=color, label=label, **{"linewidth": 1.5, **kw})
+    return line
+
+
+def seed_lines(ax, x, samples, label: str | None = None, index: int = 0):
+    """A quantity over training, ``samples`` shaped (len(x), seeds): every seed as a thin line,
+    the mean as a thick one."""
+    color = PALETTE[index % len(PALETTE)]
+    ax.plot(x, samples, color=color, linewidth=0.6, alpha=0.35)
+    return ax.plot(x, np.mean(samples, axis=-1), color=color, linewidth=1.8, label=label)[0]
+
+
+# -- numbers in prose ----------------------------------------------------------------------------
+def power_of_ten(x: float) -> str:
+    """``x`` as "m × 10ⁿ" (or "10ⁿ" when m = 1), to two significant digits."""
+    mant, exp = f"{x:.1e}".split("e")
+    sup = str(int(exp)).translate(str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹"))
+    return f"10{sup}" if mant == "1.0" else f"{mant} × 10{sup}"

@@ -1,12 +1,107 @@
-"""Small numerical helpers shared by several chapters: power-law fits and a stable softmax."""
+"""The statistics the chapters share: intervals that respect the quantity, t-tests over seeds,
+bootstrap errors, power-law fits and a stable softmax. (Figures and number formatting live in
+:mod:`lib.plotting`.)
+
+One helper per kind of interval:
+
+* :func:`mean_ci` / :func:`t_interval` — Student-t interval of a mean over seeds (unbounded
+  quantities); :func:`mean_se` — the mean and its standard error;
+* :func:`wilson` — a proportion's Wilson score interval (stays inside [0, 1]);
+* :func:`geometric_ci` — geometric mean and interval (positive quantities, log axes);
+* :func:`bootstrap_mean` — percentile bootstrap of a mean (heavy-tailed positive costs);
+  :func:`bootstrap_slope_se` — bootstrap standard error of a fitted log-log slope.
+"""
 
 from __future__ import annotations
 
 import math
 
 import numpy as np
+from scipy import stats
 
 
+# -- intervals -----------------------------------------------------------------------------------
+def mean_ci(samples, axis: int = -1, level: float = 0.95):
+    """Mean and half-width of the Student-t interval over ``axis`` (0 width for one sample)."""
+    s = np.asarray(samples, dtype=float)
+    n = s.shape[axis]
+    mean = np.nanmean(s, axis=axis)
+    if n < 2:
+        return mean, np.zeros_like(mean)
+    sem = np.nanstd(s, axis=axis, ddof=1) / np.sqrt(n)
+    return mean, stats.t.ppf(0.5 + level / 2, n - 1) * sem
+
+
+def t_interval(values, level: float = 0.95) -> tuple[float, float, float]:
+    """``(mean, low, high)`` of the Student-t interval of one set of per-seed values."""
+    mean, half = mean_ci(np.asarray(values, dtype=float), level=level)
+    return float(mean), float(mean - half), float(mean + half)
+
+
+def mean_se(values) -> tuple[float, float]:
+    """Mean of per-seed values and its standard error (0 for one value)."""
+    v = np.asarray(values, dtype=float)
+    return float(v.mean()), float(v.std(ddof=1) / np.sqrt(len(v))) if len(v) > 1 else 0.0
+
+
+def wilson(successes, trials, level: float = 0.95):
+    """Wilson score interval ``(low, high)`` for a proportion: stays inside [0, 1]."""
+    k, n = np.asarray(successes, dtype=float), np.asarray(trials, dtype=float)
+    z = stats.norm.ppf(0.5 + level / 2)
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return centre - half, centre + half
+
+
+def geometric_mean(samples, axis: int = -1):
+    """``exp(mean(log samples))`` over ``axis``: inf where any sample is inf (a censored run)."""
+    return np.exp(np.mean(np.log(np.asarray(samples, dtype=float)), axis=axis))
+
+
+def geometric_ci(samples, axis: int = -1, level: float = 0.95):
+    """Geometric mean and Student-t interval of ``log samples`` mapped back: ``(centre, low, high)``,
+    all positive, for quantities drawn on log axes."""
+    logs = np.log(np.asarray(samples, dtype=float))
+    centre, half = mean_ci(logs, axis=axis, level=level)
+    return np.exp(centre), np.exp(centre - half), np.exp(centre + half)
+
+
+def bootstrap_mean(values, rng: np.random.Generator, reps: int = 1000, level: float = 0.95):
+    """``(mean, low, high)``: the mean with a percentile-bootstrap interval (positive values give
+    a positive interval)."""
+    v = np.asarray(values, dtype=float)
+    means = v[rng.integers(0, v.size, size=(reps, v.size))].mean(axis=1)
+    tail = (100 - 100 * level) / 2
+    low, high = np.percentile(means, [tail, 100 - tail])
+    return float(v.mean()), float(low), float(high)
+
+
+def bootstrap_slope_se(x, samples, rng: np.random.Generator, reps: int = 200) -> float:
+    """Bootstrap standard error of the log-log slope of the seed means: ``samples[i]`` holds the
+    replicates at ``x[i]``, resampled independently at each ``x``."""
+    s = np.asarray(samples, dtype=float)
+    idx = rng.integers(0, s.shape[1], (reps, *s.shape))
+    means = np.take_along_axis(s[None], idx, axis=2).mean(2)
+    return float(np.polyfit(np.log(np.asarray(x, float)), np.log(means.T), 1)[0].std(ddof=1))
+
+
+# -- t-tests over seeds --------------------------------------------------------------------------
+def t_pvalue_greater(differences) -> float:
+    """One-sided p-value of a (paired) t-test of "the mean difference is > 0" over seeds."""
+    d = np.asarray(differences, dtype=float)
+    return float(stats.t.sf(d.mean() / (d.std(ddof=1) / np.sqrt(len(d))), len(d) - 1))
+
+
+def t_pvalues_against(samples, curve) -> np.ndarray:
+    """Two-sided t-test p-values of the seeds' mean (last axis of ``samples``) against ``curve``,
+    one per row."""
+    s = np.asarray(samples, dtype=float)
+    t = (s.mean(-1) - curve) / (s.std(-1, ddof=1) / np.sqrt(s.shape[-1]))
+    return 2 * stats.t.sf(np.abs(t), s.shape[-1] - 1)
+
+
+# -- fits and small numerics ---------------------------------------------------------------------
 def loglog_slope(x, y) -> float:
     """Least-squares slope of ``log y`` against ``log x`` over the points where both are finite
     and positive (NaN when fewer than two remain)."""
