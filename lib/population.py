@@ -6,8 +6,9 @@
     trained.member(3)       # member 3 as an ordinary nn.Module
 
 ``make(member)`` builds one member's model (its weights are drawn inside
-``torch.random.fork_rng`` seeded from the member's init stream, :func:`lib.seeding.seed_torch` of
-the chapter seed and the member's settings, so the global generator is left alone); ``batch(member, generator)`` draws one training batch for it from its own
+``torch.random.fork_rng`` seeded from the member's init stream, :func:`lib.seeding.seed_torch`
+of the chapter seed and the member's settings, so the global generator is left alone);
+``batch(member, generator)`` draws one training batch for it from its own
 ``torch.Generator``; ``loss(forward, batch)`` is the scalar loss, with ``forward(*inputs)``
 standing for the model. The members' parameters are stacked (``stack_module_state``), the
 forward pass is ``vmap`` over ``functional_call``, and Adam (the formula of ``torch.optim.Adam``)

@@ -89,10 +89,9 @@ def seed_globals(root: int) -> None:
 
     np.random.seed(sequence(root, "numpy-global").generate_state(4))
     try:
-        import torch
-    except ImportError:
-        return
-    seed_torch(root, "torch-global")
+        seed_torch(root, "torch-global")
+    except ImportError:  # a chapter without torch
+        pass
 
 
 def torch_generator(root: int, *key):

@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 
-import pytest
 
 from conftest import BIN
 
