@@ -211,3 +211,71 @@ def test_neural_point_is_deterministic_and_shares_pairs_between_losses():
     setup = D.sequence_setup(2, 3, 4, 0)
     assert setup.pi.sum() == pytest.approx(1.0) and setup.target.shape == (8,)
     assert a["tv"] < D.tv(setup.pi, setup.target)  # fine-tuning moved toward p₊
+
+
+# -- the Bradley–Terry plug-in estimator of p₊ -------------------------------------------------
+
+
+def test_bt_plugin_target_is_a_distribution_and_exact_under_bradley_terry(setup):
+    pi, _ = setup
+    rng = np.random.default_rng(3)
+    for _ in range(5):
+        assert D.bt_plugin_target(pi, rng.normal(0, 3, len(pi))).sum() == pytest.approx(1.0, abs=1e-12)
+    s = np.array([0.3, -1.0, 0.5, 1.2, 0.0])
+    bt = D.bradley_terry(s)
+    # the BT fit of BT preferences recovers the utilities (up to the additive gauge) and the truth
+    s_hat = D.bt_projection(pi, bt)
+    np.testing.assert_allclose(s_hat - s_hat.mean(), s - s.mean(), atol=1e-7)
+    np.testing.assert_allclose(D.bt_plugin_target(pi, s), D.paired_target(pi, bt), atol=1e-14)
+    np.testing.assert_allclose(D.bt_plugin_limit(pi, bt), D.paired_target(pi, bt), atol=1e-10)
+
+
+def test_bt_projection_matches_a_generic_solver_on_a_cycle():
+    """Brute force: the weighted KL projection of an intransitive P on 3 outputs onto the BT
+    family, by a generic optimiser of the expected log-likelihood (gauge s_0 = 0)."""
+    pi = np.array([0.5, 0.3, 0.2])
+    pref = D.cyclic(np.array([0.4, -0.2, 0.1]), strength=2.0)
+    W = D.expected_pairs(pi, pref)
+
+    def negll(free):
+        s = np.concatenate([[0.0], free])
+        return -(W * np.log(expit(s[:, None] - s[None, :]))).sum()
+
+    res = optimize.minimize(negll, np.zeros(2), method="Nelder-Mead",
+                            options={"xatol": 1e-12, "fatol": 1e-15, "maxiter": 20000})
+    s_hat = D.bt_projection(pi, pref)
+    np.testing.assert_allclose(s_hat[1:] - s_hat[0], res.x, atol=1e-6)
+    # the projection misses the pairwise preferences (no BT model fits a cycle) ...
+    assert np.abs(expit(s_hat[:, None] - s_hat[None, :]) - pref.P).max() > 0.2
+    # ... yet matches every win rate, so the plug-in's limit is p₊ itself
+    np.testing.assert_allclose(expit(s_hat[:, None] - s_hat[None, :]) @ pi, pref.P @ pi, atol=1e-10)
+    np.testing.assert_allclose(D.bt_plugin_limit(pi, pref), D.paired_target(pi, pref), atol=1e-10)
+    # a BT model with other scores (e.g. the projection under uniform pair weights) does not
+    s_unif = D.bt_scores(pref.P)
+    assert D.tv(D.bt_plugin_target(pi, s_unif), D.paired_target(pi, pref)) > 1e-3
+
+
+def test_bt_plugin_limit_is_p_plus_under_every_structure(setup):
+    pi, prefs = setup
+    for pref in prefs:
+        np.testing.assert_allclose(D.bt_plugin_limit(pi, pref), D.paired_target(pi, pref), atol=1e-10)
+
+
+def test_bt_plugin_constant_matches_monte_carlo(setup):
+    pi, prefs = setup
+    pref = prefs[2]                                   # intransitive
+    N, target = 5000, D.paired_target(pi, pref)
+    tvs = [D.tv(D.fit_bt_plugin(pi, D.sample_pairs(pi, pref, N, np.random.default_rng([s, 11]))), target)
+           for s in range(300)]
+    assert np.mean(tvs) * np.sqrt(N) == pytest.approx(D.bt_plugin_tv_constant(pi, pref), rel=0.08)
+
+
+def test_study_bt_column_is_the_plugin_on_the_same_pairs(setup):
+    pi, prefs = setup
+    from lib.seeding import stream
+
+    row = D.categorical_point(2, 300, 1, root=0, pi=pi, prefs=prefs)
+    C = D.sample_pairs(pi, prefs[2], 300, stream(0, "categorical-pairs", prefs[2].name, 300, 1))
+    assert row["bt"] == pytest.approx(D.tv(D.fit_bt_plugin(pi, C), D.paired_target(pi, prefs[2])), abs=1e-8)
+    assert row["dpo"] == pytest.approx(D.tv(D.fit_dpo_categorical(pi, C), D.paired_target(pi, prefs[2])),
+                                       abs=1e-12)

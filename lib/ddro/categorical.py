@@ -108,14 +108,15 @@ def _policy(theta: np.ndarray) -> np.ndarray:
     return np.exp(theta - logsumexp(theta))
 
 
-def fit_dpo_categorical(pi: np.ndarray, C: np.ndarray, beta: float = 1.0,
-                        ridge: float = 1e-12) -> np.ndarray:
-    """Minimise the DPO loss −(1/N) Σ_{a,b} C[a,b] log σ(β[h(a) − h(b)]), h = log(π_θ/π_ref), over
-    categorical π_θ: a convex logistic problem in h, solved by damped Newton. A tiny ridge on h
-    fixes the additive gauge and keeps the minimiser finite when some pair was only ever won one
-    way. Returns π_θ."""
+def bt_scores(C: np.ndarray, beta: float = 1.0, ridge: float = 1e-12) -> np.ndarray:
+    """Maximum-likelihood Bradley–Terry scores of pair counts C (C[a, b] = weight of "a beat b";
+    counts, or the expected counts of a population): the minimiser h of
+    −Σ_{a,b} C[a,b] log σ(β[h(a) − h(b)]) / ΣC + ridge·|h|², a convex logistic problem solved by
+    damped Newton. The tiny ridge fixes the additive gauge and keeps the minimiser finite when some
+    output never lost (or never won). On expected counts this is the KL projection of the
+    preferences onto the Bradley–Terry family, weighted by how often each pair is compared."""
     Cn = np.asarray(C, float) / np.sum(C)
-    K = len(pi)
+    K = Cn.shape[0]
 
     def parts(h):
         d = beta * (h[:, None] - h[None, :])
@@ -142,7 +143,73 @@ def fit_dpo_categorical(pi: np.ndarray, C: np.ndarray, beta: float = 1.0,
         val, grad, H = nval, ngrad, nH
         if done or np.abs(grad).max() < 1e-13:
             break
-    return _policy(np.log(pi) + h)
+    return h
+
+
+def fit_dpo_categorical(pi: np.ndarray, C: np.ndarray, beta: float = 1.0,
+                        ridge: float = 1e-12) -> np.ndarray:
+    """Minimise the DPO loss −(1/N) Σ_{a,b} C[a,b] log σ(β[h(a) − h(b)]), h = log(π_θ/π_ref), over
+    categorical π_θ: h are the Bradley–Terry scores of C at temperature β (:func:`bt_scores`), so
+    π_θ ∝ π_ref e^{h}. Returns π_θ."""
+    return _policy(np.log(pi) + bt_scores(C, beta, ridge))
+
+
+# ----------------------------------------------------------------------------------------------
+# The Bradley–Terry plug-in estimator of p₊ (the fixed-estimand control)
+# ----------------------------------------------------------------------------------------------
+
+
+def bt_plugin_target(pi: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """p₊ computed as if the preferences were Bradley–Terry with scores s:
+    p₊(y) = 2 π(y) Σ_{y'} π(y') σ(s(y) − s(y')). It sums to 1 for any s."""
+    pi = np.asarray(pi, float)
+    s = np.asarray(s, float)
+    return 2.0 * pi * (expit(s[:, None] - s[None, :]) @ pi)
+
+
+def fit_bt_plugin(pi: np.ndarray, C: np.ndarray, ridge: float = 1e-12) -> np.ndarray:
+    """The Bradley–Terry plug-in estimator of p₊: maximum-likelihood BT scores of the pair counts
+    C, plugged into the target formula with the known π_ref (:func:`bt_plugin_target`)."""
+    return bt_plugin_target(pi, bt_scores(C, 1.0, ridge))
+
+
+def bt_projection(pi: np.ndarray, pref: Preference) -> np.ndarray:
+    """The population limit of the BT scores: the maximum-likelihood BT fit of the expected pair
+    counts 2 π_a π_b P(a ≻ b), i.e. the KL projection of P onto the Bradley–Terry family weighted
+    by π_ref ⊗ π_ref (gauge: the tiny ridge centres the scores)."""
+    return bt_scores(expected_pairs(pi, pref), 1.0, ridge=1e-14)
+
+
+def bt_plugin_limit(pi: np.ndarray, pref: Preference) -> np.ndarray:
+    """The BT plug-in's population limit, :func:`bt_plugin_target` at :func:`bt_projection`.
+
+    It is p₊ for every preference structure. The projection's stationarity condition reads, for
+    each output a, Σ_b 2π_aπ_b [P(a ≻ b) − σ(ŝ_a − ŝ_b)] = 0 (logistic regression on a full set
+    of output indicators matches each output's expected wins), i.e. the BT win rate
+    Σ_b π_b σ(ŝ_a − ŝ_b) equals the true one w(a); and p₊ = 2π_ref·w depends on P only through
+    w. So misspecifying the preference model does not bias this estimand."""
+    return bt_plugin_target(pi, bt_projection(pi, pref))
+
+
+def bt_plugin_tv_constant(pi: np.ndarray, pref: Preference, eps: float = 1e-6) -> float:
+    """C such that E TV(p̂₊^BT, p₊) ≈ C/√N for N pairs (delta method, as :func:`ddro_tv_constant`).
+
+    The plug-in is a smooth function of the normalised pair counts C/N; one pair adds one count
+    to cell (winner, loser), so Σ = diag(p) − ppᵀ with p the expected cell shares, and with J the
+    Jacobian at p, √N(p̂ − p₊) → N(0, J Σ Jᵀ) (centred on p₊, the plug-in's limit)."""
+    K = len(pi)
+    p = expected_pairs(pi, pref).ravel()
+    Sigma = np.diag(p) - np.outer(p, p)
+    est = lambda c: bt_plugin_target(pi, bt_scores(c.reshape(K, K), 1.0, ridge=1e-14))  # noqa: E731
+    J = np.zeros((K, K * K))
+    for j in range(K * K):
+        e = np.zeros(K * K)
+        e[j] = eps * max(p[j], 1e-12)
+        # bt_scores normalises C by its sum; keep the total fixed at 1 is not needed: the fit
+        # depends on C/ΣC, and the plug-in's Jacobian along the total direction is zero.
+        J[:, j] = (est(p + e) - est(p - e)) / (2 * e[j])
+    var = np.einsum("ij,jk,ik->i", J, Sigma, J)
+    return 0.5 * math.sqrt(2 / math.pi) * float(np.sqrt(np.maximum(var, 0)).sum())
 
 
 def fit_kto_categorical(pi: np.ndarray, n_pos: np.ndarray, n_neg: np.ndarray,

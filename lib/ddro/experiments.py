@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from lib.ddro.categorical import (fit_ddro_categorical, fit_dpo_categorical, fit_kto_categorical)
+from lib.ddro.categorical import (_policy, bt_plugin_target, bt_scores, fit_ddro_categorical,
+                                  fit_kto_categorical)
 from lib.ddro.neural import sequence_setup, train_neural
 from lib.ddro.preferences import Preference, paired_target, sample_pairs, sample_unpaired, tv
 from lib.seeding import stream
@@ -22,8 +23,10 @@ def categorical_point(structure: int, N: int, seed: int, *, root: int, pi: np.nd
     q = pref.P @ pi                                   # P(y beats a fresh y' ~ π_ref)
     C = sample_pairs(pi, pref, int(N), stream(root, "categorical-pairs", pref.name, N, seed))
     npos, nneg = sample_unpaired(pi, q, 2 * int(N), stream(root, "categorical-unpaired", pref.name, N, seed))
+    h = bt_scores(C, beta)                            # DPO's h = log(π_θ/π_ref); BT scores s = βh
     return {"ddro": tv(fit_ddro_categorical(pi, C.sum(1), C.sum(0), 0.5, clip), target),
-            "dpo": tv(fit_dpo_categorical(pi, C, beta), target),
+            "dpo": tv(_policy(np.log(pi) + h), target),
+            "bt": tv(bt_plugin_target(pi, beta * h), target),
             "ddro_unpaired": tv(fit_ddro_categorical(
                 pi, npos, nneg, npos.sum() / (npos.sum() + nneg.sum()), clip), target),
             "kto": tv(fit_kto_categorical(pi, npos, nneg, beta), target)}
@@ -34,7 +37,8 @@ def categorical_study(pi: np.ndarray, prefs: list[Preference], Ns, seeds,
     """TV to p₊ of every categorical estimator, for every structure, N and replicate in ``seeds``
     (replicate indices, ``range(n)``; the draws are streams of the chapter seed ``root``): a pandas
     DataFrame with columns structure, N, seed (the replicate), and one column per method —
-    ``ddro`` (paired, α = ½), ``dpo`` (paired), ``ddro_unpaired`` and ``kto`` (2N unpaired
+    ``ddro`` (paired, α = ½), ``dpo`` (paired), ``bt`` (the Bradley–Terry plug-in of p₊ on the
+    same pairs: DPO's scores times β, so the two share one fit), ``ddro_unpaired`` and ``kto`` (2N unpaired
     responses, each labelled preferred when it beats a fresh draw from π_ref, so that p₊ is the
     same as for pairs; α estimated by N₊/N). The cells run through :func:`lib.sweep.sweep`
     (``sweep_kw`` goes to it), locally or on a cluster, with the same result."""
@@ -50,7 +54,7 @@ def categorical_study(pi: np.ndarray, prefs: list[Preference], Ns, seeds,
                     seeds=[int(s) for s in seeds], desc="categorical study", **sweep_kw)
     for r in records:
         r["structure"] = prefs[r["structure"]].name
-    return pd.DataFrame(records, columns=["structure", "N", "seed", "ddro", "dpo", "ddro_unpaired", "kto"])
+    return pd.DataFrame(records, columns=["structure", "N", "seed", "ddro", "dpo", "bt", "ddro_unpaired", "kto"])
 
 
 def neural_point(N: int, kind: str, seed: int, *, vocab: int, length: int, hidden: int, root: int,
