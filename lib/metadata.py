@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from lib.llama import Decoder
 from lib.pcfg import Grammar, Language, is_grammatical
+from lib.seeding import seed_torch, stream, torch_generator
 from lib.sweep import one_thread
 
 IGNORE = -100
@@ -97,22 +98,25 @@ class History:
     losses: dict
 
 
-def train(lang: Language, *, dm: int, steps: int, batch: int, seed: int, d_model: int = 64,
-          n_layers: int = 2, n_heads: int = 4, lr: float = 3e-3, warmup: float = 0.1,
-          chunks: int = 2, log_every: int = 0, log_set=None, log_dms=(0,), device: str = "cpu"):
+def train(lang: Language, *, dm: int, steps: int, batch: int, root: int, rep: int = 0,
+          d_model: int = 64, n_layers: int = 2, n_heads: int = 4, lr: float = 3e-3,
+          warmup: float = 0.1, chunks: int = 2, log_every: int = 0, log_set=None, log_dms=(0,),
+          device: str = "cpu"):
     """Train on fresh samples each step; return the model and its :class:`History`.
 
-    Every step draws ``batch`` fully masked sequences from a stream that depends only on
-    ``seed``, so the baseline (``dm = 0``) and every metadata model of the same seed see the
-    *same* masked sequences. A metadata model (``dm ≥ 1``) additionally draws ``batch``
-    sequences from a second stream that show their first ``dm`` levels; its loss is the mean
-    over the masked sequences plus the mean over the shown ones (each part weighted as the
-    baseline's whole loss). AdamW with a one-cycle schedule (linear warm-up over ``warmup`` of
-    the steps, cosine decay). ``log_set = (strings, js)`` is evaluated every ``log_every`` steps
-    at each depth in ``log_dms``."""
-    torch.manual_seed(seed)
-    masked_rng = np.random.default_rng([seed, 1])
-    shown_rng = np.random.default_rng([seed, 2])
+    ``root`` is the chapter seed and ``rep`` the replicate index. The initialisation and every
+    step's ``batch`` fully masked sequences come from streams ``("model-init", rep)`` and
+    ``("masked-batches", rep)`` of ``root``, which do not depend on ``dm``: the baseline
+    (``dm = 0``) and every metadata model of the same replicate start from the same weights and
+    see the *same* masked sequences. A metadata model (``dm ≥ 1``) additionally draws ``batch``
+    sequences from stream ``("shown-batches", rep)`` that show their first ``dm`` levels; its
+    loss is the mean over the masked sequences plus the mean over the shown ones (each part
+    weighted as the baseline's whole loss). AdamW with a one-cycle schedule (linear warm-up over
+    ``warmup`` of the steps, cosine decay). ``log_set = (strings, js)`` is evaluated every
+    ``log_every`` steps at each depth in ``log_dms``."""
+    seed_torch(root, "model-init", rep)
+    masked_rng = stream(root, "masked-batches", rep)
+    shown_rng = stream(root, "shown-batches", rep)
     g = lang.grammar
     vocab = Vocab(g.n_terminals, g.depth, g.n_sets)
     model = Decoder(vocab.size, d_model, n_layers, n_heads).to(device)
@@ -172,29 +176,36 @@ def prefix_split(strings, t: int, rng: np.random.Generator) -> tuple[np.ndarray,
     return idx[side], idx[~side]
 
 
-def probe(hidden: np.ndarray, labels: np.ndarray, t: int, train_idx, test_idx, seed: int):
+def probe_seed(root: int, *key) -> int:
+    """A seed for scikit-learn, which takes only 32-bit ones: an int drawn from stream ``key`` of
+    the chapter seed ``root``."""
+    return int(stream(root, *key).integers(2**32))
+
+
+def probe(hidden: np.ndarray, labels: np.ndarray, t: int, train_idx, test_idx, random_state: int):
     """A logistic-regression probe of ``labels`` from ``hidden[:, t]`` (features standardised with
-    the training side's mean and scale), trained on ``train_idx``; its predictions on ``test_idx``."""
+    the training side's mean and scale), trained on ``train_idx``; its predictions on ``test_idx``.
+    ``random_state`` is scikit-learn's seed (a 32-bit int, see :func:`probe_seed`; lbfgs draws
+    nothing, it matters only to solvers that do)."""
     from sklearn.linear_model import LogisticRegression
 
     if len(np.unique(labels[train_idx])) < 2:
         return np.full(len(test_idx), labels[train_idx][0])
     X = hidden[train_idx, t]
     mean, scale = X.mean(0), X.std(0) + 1e-6
-    # sklearn takes a 32-bit seed (lbfgs draws nothing; the seed matters to solvers that do)
-    clf = LogisticRegression(C=1.0, max_iter=500, random_state=seed % 2**32)
+    clf = LogisticRegression(C=1.0, max_iter=500, random_state=random_state)
     clf.fit((X - mean) / scale, labels[train_idx])
     return clf.predict((hidden[test_idx, t] - mean) / scale)
 
 
 @torch.no_grad()
-def continuations(model: Decoder, grammar: Grammar, prompts, rng_seed: int, max_new: int = 40,
+def continuations(model: Decoder, grammar: Grammar, prompts, gen: torch.Generator, max_new: int = 40,
                   device: str = "cpu") -> list:
     """Sample a continuation of each terminal prompt with the metadata masked (temperature 1,
-    terminals and EOS only) until EOS; the completed strings (``None`` if no EOS within
-    ``max_new`` tokens)."""
+    terminals and EOS only, drawn from the CPU generator ``gen``, e.g.
+    :func:`lib.seeding.torch_generator`) until EOS; the completed strings (``None`` if no EOS
+    within ``max_new`` tokens)."""
     vocab = Vocab(grammar.n_terminals, grammar.depth, grammar.n_sets)
-    gen = torch.Generator().manual_seed(rng_seed)
     seqs = [[vocab.bos] + [vocab.mask] * grammar.depth + list(p) for p in prompts]
     done = [False] * len(seqs)
     for _ in range(max_new):
@@ -231,15 +242,17 @@ def grammatical(grammar: Grammar, strings, js: np.ndarray) -> tuple[np.ndarray, 
     return under_true, under_any
 
 
-def train_point(dm: int, seed: int, *, grammar: Grammar, eval_set, log_set, log_every: int,
+def train_point(dm: int, seed: int, *, root: int, grammar: Grammar, eval_set, log_set, log_every: int,
                 probe_splits: dict, prompts, prompt_js: np.ndarray, train_kw: dict, device: str = "cpu") -> dict:
     """One training run of the chapter and everything measured on its model, as one sweep point
-    (the model itself never leaves it): :func:`train` with metadata depth ``dm`` and ``seed``; the
-    per-position losses on ``eval_set = (strings, js)`` with the metadata masked and with the
-    first ``dm`` levels given; probe predictions of every level ``d`` at every probed position
-    ``t`` (``probe_splits[t] = (train_idx, test_idx)``), as ``probes[d][k]`` in the order of
-    ``probe_splits``; and the grammaticality of sampled continuations of ``prompts`` (generator
-    ``10·seed + dm``) under the prompts' true metadata ``prompt_js`` and under some metadata.
+    (the model itself never leaves it): :func:`train` with metadata depth ``dm``, chapter seed
+    ``root`` and replicate index ``seed``; the per-position losses on ``eval_set = (strings, js)``
+    with the metadata masked and with the first ``dm`` levels given; probe predictions of every
+    level ``d`` at every probed position ``t`` (``probe_splits[t] = (train_idx, test_idx)``), as
+    ``probes[d][k]`` in the order of ``probe_splits`` (scikit-learn seed from :func:`probe_seed`
+    with key ``("probe", dm, seed, d, t)``); and the grammaticality of sampled continuations of
+    ``prompts`` (stream ``("continuations", dm, seed)``) under the prompts' true metadata
+    ``prompt_js`` and under some metadata.
 
     Runs on one PyTorch and one BLAS thread wherever it runs (in the chapter, a local process
     or a cluster worker), so its numbers do not depend on where or in what order it ran."""
@@ -249,13 +262,15 @@ def train_point(dm: int, seed: int, *, grammar: Grammar, eval_set, log_set, log_
 
     with one_thread(), threadpool_limits(1):
         strings, js = eval_set
-        model, hist = train(Language(grammar), dm=dm, seed=seed, log_every=log_every, log_set=log_set,
-                            log_dms=sorted({0, dm}), device=device, **train_kw)
+        model, hist = train(Language(grammar), dm=dm, root=root, rep=seed, log_every=log_every,
+                            log_set=log_set, log_dms=sorted({0, dm}), device=device, **train_kw)
         masked, hidden = evaluate(model, grammar, strings, js, dm=0, device=device)
         given = evaluate(model, grammar, strings, js, dm=dm, device=device)[0] if dm else masked
-        probes = [[probe(hidden, js[:, d], t, tr, te, seed=seed) for t, (tr, te) in probe_splits.items()]
+        probes = [[probe(hidden, js[:, d], t, tr, te, random_state=probe_seed(root, "probe", dm, seed, d, t))
+                   for t, (tr, te) in probe_splits.items()]
                   for d in range(grammar.depth)]
-        out = continuations(model, grammar, prompts, rng_seed=10 * seed + dm, device=device)
+        out = continuations(model, grammar, prompts, torch_generator(root, "continuations", dm, seed),
+                            device=device)
         ok_true, ok_any = grammatical(grammar, out, prompt_js)
     return {"hist": hist, "masked": masked, "given": given, "probes": probes,
             "grammatical_true": ok_true, "grammatical_any": ok_any}

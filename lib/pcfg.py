@@ -28,6 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lib.seeding import stream
+
 Rule = tuple[int, ...]  # right-hand side: symbol indices of the next level
 
 
@@ -57,11 +59,13 @@ class Grammar:
 
 
 def random_grammar(depth: int = 3, nonterminals: int = 3, terminals: int = 4, n_sets: int = 2,
-                   n_rules: int = 2, seed: int = 0, rhs_lengths: tuple[int, ...] = (2, 3)) -> Grammar:
+                   n_rules: int = 2, *, root: int, index: int = 0,
+                   rhs_lengths: tuple[int, ...] = (2, 3)) -> Grammar:
     """A random layered grammar: right-hand sides of a length drawn uniformly from
     ``rhs_lengths``, symbols uniform over the next level. Productions of one nonterminal are
-    distinct within a rule set."""
-    rng = np.random.default_rng([seed, 10])
+    distinct within a rule set. The rules are drawn from stream ``("grammar", index)`` of the
+    chapter seed ``root`` (:mod:`lib.seeding`)."""
+    rng = stream(root, "grammar", index)
     n_symbols = (1,) + (nonterminals,) * (depth - 1) + (terminals,)
     rules = []
     for d in range(depth):

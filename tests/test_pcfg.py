@@ -8,11 +8,21 @@ import torch
 
 from lib import metadata as M
 from lib import pcfg
+from lib.seeding import torch_generator
 
 
 @pytest.fixture(scope="module")
 def grammar():
-    return pcfg.random_grammar(depth=3, nonterminals=2, terminals=3, seed=3)
+    return pcfg.random_grammar(depth=3, nonterminals=2, terminals=3, root=3)
+
+
+def test_the_grammar_and_the_probe_seed_follow_their_streams():
+    kw = dict(depth=3, nonterminals=2, terminals=3)
+    assert pcfg.random_grammar(**kw, root=3) == pcfg.random_grammar(**kw, root=3, index=0)
+    assert pcfg.random_grammar(**kw, root=3) != pcfg.random_grammar(**kw, root=4)
+    assert pcfg.random_grammar(**kw, root=3) != pcfg.random_grammar(**kw, root=3, index=1)
+    seeds = {M.probe_seed(root, "probe", k) for root in range(3) for k in range(50)}
+    assert len(seeds) == 150 and all(0 <= s < 2**32 for s in seeds)  # what scikit-learn accepts
 
 
 def test_hand_checked_grammar():
@@ -136,9 +146,9 @@ def test_training_is_deterministic_and_learns(grammar):
     lang = pcfg.Language(grammar)
     strings, js = lang.sample(64, np.random.default_rng(2))
     torch.set_num_threads(1)
-    m1, hist = M.train(lang, dm=2, steps=25, batch=16, seed=0, d_model=32, log_every=10,
+    m1, hist = M.train(lang, dm=2, steps=25, batch=16, root=0, d_model=32, log_every=10,
                        log_set=(strings, js), log_dms=(0, 2))
-    m2, _ = M.train(lang, dm=2, steps=25, batch=16, seed=0, d_model=32)
+    m2, _ = M.train(lang, dm=2, steps=25, batch=16, root=0, d_model=32)
     l1, h = M.evaluate(m1, grammar, strings, js, dm=2)
     l2, _ = M.evaluate(m2, grammar, strings, js, dm=2)
     assert np.allclose(l1, l2, equal_nan=True) and h.shape[:2] == l1.shape
@@ -171,7 +181,7 @@ def test_baseline_and_metadata_model_see_the_same_masked_sequences(grammar, monk
 
     monkeypatch.setattr(M, "_chunked_loss", spy)
     for current in (0, 2):
-        M.train(lang, dm=current, steps=3, batch=8, seed=5, d_model=16, n_layers=1)
+        M.train(lang, dm=current, steps=3, batch=8, root=5, d_model=16, n_layers=1)
     masked_meta = [s for dm, s in seen[2] if dm == 0]
     assert [s for _, s in seen[0]] == masked_meta  # identical masked stream
     assert [dm for dm, _ in seen[2]] == [0, 2] * 3  # plus one shown batch per step
@@ -205,15 +215,16 @@ def test_train_point_matches_the_steps_it_bundles(grammar):
     kw = dict(grammar=grammar, eval_set=eval_set, log_set=eval_set, log_every=2, probe_splits=splits,
               prompts=prompts, prompt_js=eval_set[1][:4], train_kw=dict(steps=4, batch=8, d_model=16, n_layers=1))
     threads = torch.get_num_threads()
-    r = M.train_point(1, 7, **kw)
+    r = M.train_point(1, 7, root=4, **kw)
     assert torch.get_num_threads() == threads  # restored
-    model, hist = M.train(lang, dm=1, seed=7, steps=4, batch=8, d_model=16, n_layers=1, log_every=2,
+    model, hist = M.train(lang, dm=1, root=4, rep=7, steps=4, batch=8, d_model=16, n_layers=1, log_every=2,
                           log_set=eval_set, log_dms=[0, 1])
     masked, hidden = M.evaluate(model, grammar, *eval_set, dm=0)
     np.testing.assert_array_equal(r["masked"], masked)
     np.testing.assert_array_equal(r["given"], M.evaluate(model, grammar, *eval_set, dm=1)[0])
     assert hist.steps == r["hist"].steps
     tr, te = splits[2]
-    np.testing.assert_array_equal(r["probes"][0][0], M.probe(hidden, eval_set[1][:, 0], 2, tr, te, seed=7))
-    out = M.continuations(model, grammar, prompts, rng_seed=71)
+    np.testing.assert_array_equal(r["probes"][0][0], M.probe(hidden, eval_set[1][:, 0], 2, tr, te,
+                                                             random_state=M.probe_seed(4, "probe", 1, 7, 0, 2)))
+    out = M.continuations(model, grammar, prompts, torch_generator(4, "continuations", 1, 7))
     np.testing.assert_array_equal(r["grammatical_true"], M.grammatical(grammar, out, eval_set[1][:4])[0])
