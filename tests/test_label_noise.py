@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from lib import label_noise as M
+from lib.seeding import stream
 
 
 def small_problem(n=6, d=30, m=3, tau=0.3, seed=0, sigma0=0.1, orthogonal=False):
@@ -197,11 +198,15 @@ def test_digits_task_and_training_are_deterministic():
     assert 0.05 < (~a.clean).mean() < 0.4 and a.x_train.max() <= 1.0
     with pytest.raises(ValueError):
         M.digits_task((3, 8), 0.6, 0.4, np.random.default_rng(0))
-    h1 = M.train_digits(a, epochs=2, lr=0.02, batch=32, seed=1, width=4)
-    h2 = M.train_digits(a, epochs=2, lr=0.02, batch=32, seed=1, width=4)
+    h1 = M.train_digits(a, epochs=2, lr=0.02, batch=32, seed=1, width=4, root=7)
+    h2 = M.train_digits(a, epochs=2, lr=0.02, batch=32, seed=1, width=4, root=7)
     assert h1["test"].shape == (3,)
     for k in h1:
         np.testing.assert_array_equal(h1[k], h2[k])
+    # another replicate or another chapter seed: another initialisation and batch order
+    for other in (dict(seed=2, root=7), dict(seed=1, root=8)):
+        h3 = M.train_digits(a, epochs=2, lr=0.02, batch=32, width=4, **other)
+        assert any(not np.array_equal(h1[k], h3[k]) for k in ("clean", "noisy", "test"))
 
 
 def test_stage_two_bound_and_noisy_label_error():
@@ -220,12 +225,12 @@ def test_stage_two_bound_and_noisy_label_error():
 
 
 def test_run_synthetic_asymmetric_flips_and_class_accuracy():
-    kw = dict(base_seed=3, n=400, d=60, m=3, n_snr2=5.0, sigma_xi=1.0, sigma0=0.01, eta=0.1,
+    kw = dict(root=3, experiment="test", n=400, d=60, m=3, n_snr2=5.0, sigma_xi=1.0, sigma0=0.01, eta=0.1,
               steps=5, n_test=300, record_points=3)
     a = M.run_synthetic(0.1, 0, tau_neg=0.4, **kw)["history"]
     sym = M.run_synthetic(0.1, 0, **kw)["history"]
     none = M.run_synthetic(0.0, 0, **kw)["history"]
-    rng = np.random.default_rng([3, 0])
+    rng = stream(3, "test", 0)
     mu_norm = M.mu_norm_for(5.0, 400, 60)
     data = M.make_data(400, 60, mu_norm, rng, tau_pos=0.1, tau_neg=0.4)
     test = M.make_data(300, 60, mu_norm, rng, mu=data.mu)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lib.seeding import seed_torch, torch_generator
 from lib.sweep import one_thread
 
 
@@ -56,22 +57,24 @@ def small_cnn(width: int = 16):
 
 
 def train_digits(task: DigitsTask, epochs: int, lr: float, batch: int, seed: int,
-                 width: int = 16) -> dict[str, np.ndarray]:
+                 width: int = 16, *, root: int) -> dict[str, np.ndarray]:
     """SGD (momentum 0.9, learning rate ``lr`` decayed to 0 on a cosine over the epochs) on the
     logistic loss of the observed labels; after every epoch the
     accuracy on the clean and on the flipped training samples (against their observed labels),
-    and on the test set (true labels). Runs on one thread: a network this small gains nothing
+    and on the test set (true labels). The initialisation and the batch order come from the
+    sub-streams ``("digits-init", seed)`` and ``("digits-batches", seed)`` of chapter seed ``root``
+    (``seed`` is the replicate index). Runs on one thread: a network this small gains nothing
     from more, and on a busy machine loses a lot."""
     with one_thread():
-        return _train_digits(task, epochs, lr, batch, seed, width)
+        return _train_digits(task, epochs, lr, batch, seed, width, root)
 
 
 def _train_digits(task: DigitsTask, epochs: int, lr: float, batch: int, seed: int,
-                  width: int) -> dict[str, np.ndarray]:
+                  width: int, root: int) -> dict[str, np.ndarray]:
     import torch
 
-    gen = torch.Generator().manual_seed(seed)
-    torch.manual_seed(seed)
+    gen = torch_generator(root, "digits-batches", seed)
+    seed_torch(root, "digits-init", seed)
     net = small_cnn(width)
     opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs)

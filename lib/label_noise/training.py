@@ -11,6 +11,7 @@ import numpy as np
 from lib.label_noise.data import SignalNoiseData, make_data, mu_norm_for
 from lib.label_noise.model import CoefficientGD, TestSet, gd_step, init_weights, logistic_loss, project
 from lib.label_noise.theory import t1_prediction
+from lib.seeding import stream
 
 
 def log_steps(total: int, points: int, extra: tuple[int, ...] = ()) -> np.ndarray:
@@ -95,18 +96,19 @@ def train(data: SignalNoiseData, test: SignalNoiseData | None, W0: np.ndarray, e
                    gamma_max=np.array(rec["gmax"]), rho_max=np.array(rec["rmax"]), extras=extras)
 
 
-def run_synthetic(tau: float, seed: int, *, base_seed: int, n: int, d: int, m: int, n_snr2: float,
+def run_synthetic(tau: float, seed: int, *, root: int, experiment: str, n: int, d: int, m: int, n_snr2: float,
                   sigma_xi: float, sigma0: float, eta: float, steps: int, n_test: int,
                   record_points: int, reference: bool = False, tau_neg: float | None = None,
                   keep_test: bool = False) -> dict:
     """One chapter run: draw data (flip rates τ₊ = ``tau`` and τ₋ = ``tau_neg``, which defaults
-    to ``tau``), a test set and W⁽⁰⁾ from the stream (base_seed, seed), train, and return the
-    :class:`History` and the run's T₁. The draws do not depend on the flip rates: runs with and
-    without label noise share ξ, μ, W⁽⁰⁾ and the test set, and differ only in the flipped
-    labels (for the same uniform draws, a larger rate flips a superset of the samples)."""
+    to ``tau``), a test set and W⁽⁰⁾ from sub-stream ``(experiment, seed)`` of chapter seed
+    ``root`` (``seed`` is the replicate index), train, and return the :class:`History` and the
+    run's T₁. The draws do not depend on the flip rates: runs of one experiment with and without
+    label noise share ξ, μ, W⁽⁰⁾ and the test set, and differ only in the flipped labels (for the
+    same uniform draws, a larger rate flips a superset of the samples)."""
     from threadpoolctl import threadpool_limits
 
-    rng = np.random.default_rng([base_seed, seed])
+    rng = stream(root, experiment, seed)
     mu_norm = mu_norm_for(n_snr2, n, d, sigma_xi)
     data = make_data(n, d, mu_norm, rng, sigma_xi=sigma_xi, tau_pos=tau,
                      tau_neg=tau if tau_neg is None else tau_neg)
