@@ -242,6 +242,48 @@ def test_parallel_paths_match_reference(B, H, L, D, block, threads):
 
 
 @needs_compiled
+@pytest.mark.parametrize("B,H,L,D,threads", [
+    (2, 3, 37, 5, 2),    # heads split
+    (1, 5, 33, 3, 3),    # uneven head ranges
+    (1, 1, 50, 64, 2),   # B·H < threads: channel groups
+    (1, 2, 101, 40, 4),  # channel groups, D not a multiple of a cache line
+    (1, 3, 1, 17, 2),    # L = 1
+    (1, 2, 2, 3, 1),     # L = 2, one thread
+])
+def test_compiled_scan_matches_the_reference_scan(B, H, L, D, threads):
+    """The compiled sequential scan (the benchmark's CPU baseline) is the full recurrence:
+    output and both gradients equal the PyTorch time loop's (autograd) in fp64, on every split,
+    and one block spanning the sequence of the SWR kernel."""
+    a, x = _inputs(B, H, L, D, seed=L + D + 1, low=0.1, high=1.0)
+    dy = torch.randn_like(x)
+    outs = []
+    for fn in (naive.scan_reference, lambda a, x: compiled.scan_compiled(a, x, threads=threads),
+               lambda a, x: compiled.swr_compiled(a, x, L, threads=threads)):
+        a_, x_ = a.clone().requires_grad_(), x.clone().requires_grad_()
+        y = fn(a_, x_)
+        (y * dy).sum().backward()
+        outs.append((y.detach(), a_.grad, x_.grad))
+    for other in outs[1:]:
+        for ref, got in zip(outs[0], other):
+            assert (got - ref).abs().max() <= 1e-12 * (1 + ref.abs().max())
+
+
+@needs_compiled
+def test_compiled_scan_fp32_and_gradcheck():
+    a, x = _inputs(2, 4, 300, 16, seed=12, low=0.5, high=0.999)
+    ref = naive.scan_reference(a, x)
+    got = scan(a.float(), x.float(), impl="compiled")
+    assert got.dtype == torch.float32
+    assert (got.double() - ref).abs().max() <= 1e-5 * ref.abs().max()
+    a, x = _inputs(1, 1, 13, 24, seed=5, low=0.2, high=0.95)
+    a.requires_grad_()
+    x.requires_grad_()
+    assert torch.autograd.gradcheck(lambda a, x: compiled.scan_compiled(a, x, threads=3), (a, x))
+    with pytest.raises(ValueError, match=r"\(0, 1\]"):
+        compiled.scan_compiled(a.detach() * 0 - 0.5, x.detach())
+
+
+@needs_compiled
 def test_parallel_gradcheck():
     a, x = _inputs(1, 1, 11, 24, seed=4, low=0.2, high=0.95)  # 24 fp64 channels: three lines
     a.requires_grad_()

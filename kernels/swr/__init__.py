@@ -209,9 +209,9 @@ def swr(a: torch.Tensor, x: torch.Tensor, *, block: int = 16, impl: str = "auto"
 def scan(a: torch.Tensor, x: torch.Tensor, *, impl: str = "auto") -> torch.Tensor:
     """The full, untruncated recurrence ``y_i = a_i y_{i−1} + x_i`` (same shapes as :func:`swr`).
 
-    ``impl``: ``"reference"`` (a time loop in PyTorch) or ``"compiled"`` (the numba kernel with
-    one block spanning the whole sequence); ``"auto"`` picks ``"compiled"`` on CPU when numba is
-    available. Both are differentiable."""
+    ``impl``: ``"reference"`` (a time loop in PyTorch) or ``"compiled"`` (a compiled sequential
+    scan, :func:`kernels.swr.compiled.scan_compiled`: one O(L·D) pass, forward and backward);
+    ``"auto"`` picks ``"compiled"`` on CPU when numba is available. Both are differentiable."""
     _check(a, x, values=False)
     if impl not in ("reference", "compiled", "auto"):
         raise ValueError(f"scan impl must be 'reference', 'compiled' or 'auto', got {impl!r}")
@@ -223,7 +223,7 @@ def scan(a: torch.Tensor, x: torch.Tensor, *, impl: str = "auto") -> torch.Tenso
     if impl == "reference":
         _check(a, x)
     if impl == "compiled":
-        from kernels.swr.compiled import swr_compiled
+        from kernels.swr.compiled import scan_compiled
 
-        return swr_compiled(a, x, x.shape[2]).to(out_dtype)
+        return scan_compiled(a, x).to(out_dtype)
     return scan_reference(a, x).to(out_dtype)

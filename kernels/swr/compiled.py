@@ -150,6 +150,63 @@ def _backward_kernel(a, y, carry, dy, block, du, da, h0, h1, d0, d1):  # pragma:
                 dc[d] = a_next * mu[d]  # a_s·μ_s
 
 
+@numba.njit(cache=True, nogil=True)
+def _scan_forward_kernel(a, u, y, h0, h1, d0, d1):  # pragma: no cover - compiled
+    """The full recurrence ``y_i = a_i·y_{i−1} + u_i`` from ``y_{−1} = 0``, heads ``h0:h1``,
+    channels ``d0:d1``; returns how many ``a`` lie outside (0, 1]. The sequential scan a CPU
+    user would write: one pass over the sequence, one state per channel, vectorised across
+    channels, heads on separate threads."""
+    length = u.shape[1]
+    width = d1 - d0
+    outside = 0
+    h = np.zeros(width, dtype=u.dtype)
+    for n in range(h0, h1):
+        h[:] = 0
+        for i in range(length):
+            ai = a[n, i]
+            if not (ai > 0 and ai <= 1):
+                outside += 1
+            ui = u[n, i, d0:d1]
+            yi = y[n, i, d0:d1]
+            for d in range(width):
+                hd = ai * h[d] + ui[d]
+                h[d] = hd
+                yi[d] = hd
+    return outside
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract", "nsz"})
+def _scan_backward_kernel(a, y, dy, du, da, h0, h1, d0, d1):  # pragma: no cover - compiled
+    """The adjoint of :func:`_scan_forward_kernel`, right to left: ``μ_i = dy_i + a_{i+1}·μ_{i+1}``,
+    ``du_i = μ_i``, ``da_i = Σ_d μ_i·y_{i−1}`` (``y_{−1} = 0``); this channel range's part of
+    ``da``, as in :func:`_backward_kernel`."""
+    length = y.shape[1]
+    width = d1 - d0
+    one = np.ones(1, dtype=y.dtype)[0]
+    zero = one - one
+    mu = np.empty(width, dtype=y.dtype)
+    for n in range(h0, h1):
+        mu[:] = 0
+        a_next = one
+        for i in range(length - 1, 0, -1):
+            dyi = dy[n, i, d0:d1]
+            dui = du[n, i, d0:d1]
+            z = y[n, i - 1, d0:d1]
+            acc = zero
+            for d in range(width):
+                m = dyi[d] + a_next * mu[d]
+                mu[d] = m
+                dui[d] = m
+                acc += m * z[d]
+            da[n, i] = acc
+            a_next = a[n, i]
+        dyi = dy[n, 0, d0:d1]
+        dui = du[n, 0, d0:d1]
+        for d in range(width):
+            dui[d] = dyi[d] + a_next * mu[d]
+        da[n, 0] = zero
+
+
 # -- threads ----------------------------------------------------------------------------------
 _pool: ThreadPoolExecutor | None = None
 _pool_key: tuple[int, int] = (0, 0)  # (process id, workers): a forked child builds its own
@@ -277,6 +334,46 @@ class SWRCompiled(torch.autograd.Function):
         da = das[0] if len(das) == 1 else np.sum(das, axis=0)
         return (torch.from_numpy(da).reshape(B, H, L), torch.from_numpy(du).reshape(B, H, L, D),
                 None, None)
+
+
+class ScanCompiled(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a, u, threads):
+        B, H, L, D = u.shape
+        a_np, u_np = _flat(a, u)
+        y = _empty(u_np.shape, u_np.dtype)
+        ranges = plan(B * H, D, u_np.itemsize, _threads_for(u_np.size, threads))
+        outside = _parallel(_scan_forward_kernel, ranges, lambda j, r: (a_np, u_np, y, *r))
+        if sum(outside):
+            raise ValueError("the coefficients a must lie in (0, 1]")
+        out = torch.from_numpy(y).reshape(B, H, L, D)
+        ctx.save_for_backward(a, out)
+        ctx.threads = threads
+        return out
+
+    @staticmethod
+    def backward(ctx, dy):
+        a, y = ctx.saved_tensors
+        B, H, L, D = y.shape
+        a_np, y_np = _flat(a, y)
+        dy_np = dy.detach().contiguous().reshape(B * H, L, D).numpy()
+        du = _empty(y_np.shape, y_np.dtype)
+        ranges = plan(B * H, D, y_np.itemsize, _threads_for(y_np.size, ctx.threads))
+        split_channels = ranges[0][3] - ranges[0][2] < D
+        das = [np.empty_like(a_np) for _ in ranges] if split_channels else [np.empty_like(a_np)]
+        _parallel(_scan_backward_kernel, ranges,
+                  lambda j, r: (a_np, y_np, dy_np, du, das[j] if split_channels else das[0], *r))
+        da = das[0] if len(das) == 1 else np.sum(das, axis=0)
+        return torch.from_numpy(da).reshape(B, H, L), torch.from_numpy(du).reshape(B, H, L, D), None
+
+
+def scan_compiled(a: torch.Tensor, u: torch.Tensor, *, threads: int | None = None) -> torch.Tensor:
+    """The full recurrence as a compiled sequential scan (CPU tensors, ``a`` cast to ``u``'s
+    dtype), forward and backward: O(L·D) work, one read of the input and one write of the
+    output, heads (or channel groups) on ``threads`` threads as for :func:`swr_compiled`."""
+    if u.device.type != "cpu":
+        raise ValueError("the compiled scan runs on CPU tensors only")
+    return ScanCompiled.apply(a.to(u.dtype), u, threads)
 
 
 def swr_compiled(a: torch.Tensor, u: torch.Tensor, block: int, *,
