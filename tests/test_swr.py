@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -226,13 +227,16 @@ def test_plan_covers_every_head_and_channel_once(heads, dim, itemsize, threads):
     (1, 2, 101, 40, 16, 4),  # B·H < threads, D not a multiple of a cache line
     (1, 1, 7, 300, 16, 7),   # L < block, many groups
     (1, 3, 1, 17, 16, 2),    # L = 1
+    (1, 4, 45, 16, 16, 2),   # 16 fp64 channels: vector rows of 128 bytes, partial last block
+    (1, 1, 40, 32, 8, 2),    # channel groups of 16: vector rows per group
 ])
-def test_parallel_paths_match_reference(B, H, L, D, block, threads):
+@pytest.mark.parametrize("vector", [True, False])
+def test_parallel_paths_match_reference(B, H, L, D, block, threads, vector):
     a, x = _inputs(B, H, L, D, seed=L + D, low=0.1, high=0.99)
     dy = torch.randn_like(x)
     outs = []
     for fn in (lambda a, x: naive.swr_reference(a, x, block),
-               lambda a, x: compiled.swr_compiled(a, x, block, threads=threads)):
+               lambda a, x: compiled.swr_compiled(a, x, block, threads=threads, vector=vector)):
         a_, x_ = a.clone().requires_grad_(), x.clone().requires_grad_()
         y = fn(a_, x_)
         (y * dy).sum().backward()
@@ -249,16 +253,19 @@ def test_parallel_paths_match_reference(B, H, L, D, block, threads):
     (1, 2, 101, 40, 4),  # channel groups, D not a multiple of a cache line
     (1, 3, 1, 17, 2),    # L = 1
     (1, 2, 2, 3, 1),     # L = 2, one thread
+    (1, 3, 29, 16, 2),   # vector rows
 ])
-def test_compiled_scan_matches_the_reference_scan(B, H, L, D, threads):
+@pytest.mark.parametrize("vector", [True, False])
+def test_compiled_scan_matches_the_reference_scan(B, H, L, D, threads, vector):
     """The compiled sequential scan (the benchmark's CPU baseline) is the full recurrence:
     output and both gradients equal the PyTorch time loop's (autograd) in fp64, on every split,
     and one block spanning the sequence of the SWR kernel."""
     a, x = _inputs(B, H, L, D, seed=L + D + 1, low=0.1, high=1.0)
     dy = torch.randn_like(x)
     outs = []
-    for fn in (naive.scan_reference, lambda a, x: compiled.scan_compiled(a, x, threads=threads),
-               lambda a, x: compiled.swr_compiled(a, x, L, threads=threads)):
+    for fn in (naive.scan_reference,
+               lambda a, x: compiled.scan_compiled(a, x, threads=threads, vector=vector),
+               lambda a, x: compiled.swr_compiled(a, x, L, threads=threads, vector=vector)):
         a_, x_ = a.clone().requires_grad_(), x.clone().requires_grad_()
         y = fn(a_, x_)
         (y * dy).sum().backward()
@@ -281,6 +288,40 @@ def test_compiled_scan_fp32_and_gradcheck():
     assert torch.autograd.gradcheck(lambda a, x: compiled.scan_compiled(a, x, threads=3), (a, x))
     with pytest.raises(ValueError, match=r"\(0, 1\]"):
         compiled.scan_compiled(a.detach() * 0 - 0.5, x.detach())
+
+
+@needs_compiled
+@pytest.mark.parametrize("dtype,D,block", [(torch.float32, 16, 16), (torch.float32, 8, 5),
+                                           (torch.float64, 16, 16), (torch.float32, 64, 16)])
+def test_vector_rows_equal_the_channel_loops(dtype, D, block):
+    """The vector rows do the loops' forward operations in the same order (identical outputs)
+    and the backward's channel sums in another order (equal to rounding)."""
+    a, x = _inputs(2, 3, 83, D, dtype=dtype, seed=D + block, low=0.3, high=1.0)
+    assert compiled.vector_width_ok(D, x.element_size())
+    dy = torch.randn_like(x)
+    for fn in (lambda a, x, v: compiled.swr_compiled(a, x, block, threads=2, vector=v),
+               lambda a, x, v: compiled.scan_compiled(a, x, threads=2, vector=v)):
+        outs = []
+        for vector in (False, True):
+            a_, x_ = a.clone().requires_grad_(), x.clone().requires_grad_()
+            y = fn(a_, x_, vector)
+            (y * dy).sum().backward()
+            outs.append((y.detach(), a_.grad, x_.grad))
+        assert torch.equal(outs[0][0], outs[1][0])
+        eps = torch.finfo(dtype).eps
+        for ref, got in zip(outs[0][1:], outs[1][1:]):
+            assert (got - ref).abs().max() <= 64 * eps * (1 + ref.abs().max())
+
+
+@needs_compiled
+def test_vector_widths_and_aligned_buffers():
+    assert compiled.vector_width_ok(16, 4) and compiled.vector_width_ok(16, 8)
+    assert compiled.vector_width_ok(4, 4) and not compiled.vector_width_ok(3, 4)
+    assert not compiled.vector_width_ok(5, 8) and not compiled.vector_width_ok(128, 4)
+    for shape in [(3,), (2, 5, 7), (1 << 20,)]:
+        buf = compiled.aligned_empty(shape, np.float32)
+        assert buf.shape == shape and buf.dtype == np.float32 and buf.ctypes.data % 64 == 0
+        assert buf.flags.c_contiguous and buf.flags.writeable
 
 
 @needs_compiled

@@ -1,4 +1,5 @@
-"""The benchmark's baselines compute what they claim, and its table has the promised shape."""
+"""The benchmark's baselines compute what they claim, its roof is the STREAM triad, and its
+table has the promised shape."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ import pytest
 import torch
 
 from kernels import swa
-from kernels.swr import available_impls, bench, naive, scan
+from kernels.swr import available_impls, bench, naive, scan, swr
 
-
+ALL = bench.IMPLS + bench.EXTRA_IMPLS
 
 
 def _inputs(L=70, D=4):
@@ -20,8 +21,21 @@ def _inputs(L=70, D=4):
 def test_scans_are_the_full_recurrence():
     a, x, _, _ = _inputs()
     full = scan(a, x, impl="reference")
-    assert (bench.scan_sequential(a, x) - full).abs().max() <= 1e-12
+    assert (bench.scan_torch_loop(a, x) - full).abs().max() <= 1e-12
     assert (bench.scan_parallel(a, x) - full).abs().max() <= 1e-10
+    if "compiled" in available_impls():
+        assert (scan(a, x, impl="compiled") - full).abs().max() <= 1e-12
+
+
+@pytest.mark.skipif("compiled" not in available_impls(), reason="numba not installed")
+@pytest.mark.parametrize("impl,plain", [("swr-loops", "swr"), ("scan-compiled-loops", "scan-compiled")])
+def test_loop_variants_compute_the_same_thing(impl, plain):
+    a, x, q, k = bench._make_inputs(1, 2, 50, 16, torch.float32, seed=1)
+    for pass_ in ("fwd",):
+        got = bench._callable(impl, a, x, q, k, 16, pass_)[0]()
+        ref = bench._callable(plain, a, x, q, k, 16, pass_)[0]()
+        assert torch.equal(got, ref)  # the forward rows do the loops' operations in order
+    assert torch.equal(bench._callable("swr", a, x, q, k, 16, "fwd")[0](), swr(a, x, block=16))
 
 
 def test_blocked_swa_is_attention_over_the_jagged_window():
@@ -32,32 +46,85 @@ def test_blocked_swa_is_attention_over_the_jagged_window():
     assert (swa.swa_blocked(q, k, x, 16) - dense).abs().max() <= 1e-12
 
 
+@pytest.mark.skipif("compiled" not in available_impls(), reason="numba not installed")
+def test_roof_is_the_stream_triad():
+    roof = bench.Roof(mib=1)
+    assert roof.n == 2**18 and roof.a.ctypes.data % 64 == 0
+    roof.b[:] = np.arange(roof.n)
+    roof.c[:] = 1.0
+    previous = torch.get_num_threads()
+    try:
+        for threads in (1, 3):
+            torch.set_num_threads(threads)
+            roof.a[:] = -1
+            assert roof.measure() > 0
+            assert np.array_equal(roof.a, roof.b + 3.0)  # every element, on every split
+    finally:
+        torch.set_num_threads(previous)
+
+
+class _FakeRoof:
+    def __init__(self, values):
+        self.values = iter(values)
+
+    def measure(self):
+        return next(self.values)
+
+
+def test_measure_pairs_each_timing_with_a_triad(monkeypatch):
+    """The fraction is the median of the pairs (effective / triad just before), not the ratio
+    of the medians: here the pairs give 0.5, 2 and 2, the medians 4 GB/s over 4 GB/s."""
+    times = iter([2.0, 4.0, 1.0])  # the warm-up call is not timed
+    monkeypatch.setattr(bench, "_time", lambda fn: next(times))
+    m = bench.measure(lambda: None, nbytes=8e9, repeats=3, roof=_FakeRoof([8e9, 1e9, 4e9]))
+    assert m["seconds"] == 2.0 and m["best_seconds"] == 1.0 and m["paired"]
+    assert m["gb_per_s"] == pytest.approx(4.0) and m["roof_gb_per_s"] == pytest.approx(4.0)
+    assert m["fraction_of_roof"] == pytest.approx(2.0)
+    times = iter([1.0, 2.0])
+    m = bench.measure(lambda: None, nbytes=1.0, repeats=2, roof=None)
+    assert not m["paired"] and np.isnan(m["fraction_of_roof"])
+
+
 def test_run_table_and_summary():
-    df, bw = bench.run([64, 128], H=2, D=4, repeats=1, copy_gib=0)
+    df, bw = bench.run([64, 128], H=2, D=4, repeats=1, roof_mib=0)
     assert set(df.impl) == set(bench.IMPLS) and set(df["pass"]) == set(bench.PASSES)
-    assert {"seconds", "tokens_per_s", "gb_per_s", "ratio_to_swr"} <= set(df.columns)
+    assert {"seconds", "tokens_per_s", "gb_per_s", "ratio_to_swr", "fraction_of_roof"} <= set(df.columns)
     assert (df[df.impl == "swr"].ratio_to_swr == 1).all() and (df.seconds > 0).all()
+    assert np.isnan(bw)  # no roof asked for
     summary = bench.summary(df, bw, {"compiled": 1.0})
     for pass_ in bench.PASSES:
-        assert f"swr_{pass_}_fraction_of_copy_bw_at_L=128" in summary
+        assert f"swr_{pass_}_fraction_of_roof_at_L=128" in summary
+        assert f"scan-compiled_{pass_}_fraction_of_roof_at_L=128" in summary
         assert f"swr_{pass_}_loglog_slope_L>=4096" in summary  # NaN here: lengths below 4096
     assert summary["decode_tokens_per_s_compiled"] == 1.0
     with pytest.raises(ValueError):
-        bench.run([64], impls=["nope"], copy_gib=0)
+        bench.run([64], impls=["nope"], roof_mib=0)
     with pytest.raises(ValueError):
-        bench.run([64], passes=["sideways"], copy_gib=0)
+        bench.run([64], passes=["sideways"], roof_mib=0)
+
+
+@pytest.mark.skipif("compiled" not in available_impls(), reason="numba not installed")
+def test_run_with_a_roof_pairs_the_compiled_kernels_only():
+    df, bw = bench.run([64], H=2, D=16, repeats=2, roof_mib=1, passes=["fwd"],
+                       impls=["swr", "scan-compiled", "scan-parallel"])
+    assert bw > 0 and set(df[df.paired].impl) == {"swr", "scan-compiled"}
+    other = df[df.impl == "scan-parallel"].iloc[0]
+    assert other.roof_gb_per_s == pytest.approx(bw / 1e9)
+    assert other.fraction_of_roof == pytest.approx(other.gb_per_s / (bw / 1e9))
+    assert (df.fraction_of_roof > 0).all()
 
 
 def test_bytes_counted_per_pass():
     """Forward moves a, x → y; backward a, x, dy → da, dx; both passes are the sum."""
     a, x, q, k = _inputs(L=32)
-    sizes = {p: bench._callable("swr", a, x, q, k, 16, p)[1] for p in bench.PASSES}
-    assert sizes["fwd"] == (a.numel() + 2 * x.numel()) * 8
-    assert sizes["bwd"] == (2 * a.numel() + 3 * x.numel()) * 8
-    assert sizes["fwd+bwd"] == sizes["fwd"] + sizes["bwd"]
+    for impl in ("swr", "scan-compiled"):
+        sizes = {p: bench._callable(impl, a, x, q, k, 16, p)[1] for p in bench.PASSES}
+        assert sizes["fwd"] == (a.numel() + 2 * x.numel()) * 8
+        assert sizes["bwd"] == (2 * a.numel() + 3 * x.numel()) * 8
+        assert sizes["fwd+bwd"] == sizes["fwd"] + sizes["bwd"]
 
 
-@pytest.mark.parametrize("impl", bench.IMPLS)
+@pytest.mark.parametrize("impl", ALL)
 def test_backward_pass_can_be_timed_repeatedly(impl):
     a, x, q, k = _inputs(L=40)
     run, _ = bench._callable(impl, a, x, q, k, 8, "bwd")
@@ -66,12 +133,13 @@ def test_backward_pass_can_be_timed_repeatedly(impl):
 
 
 def test_baselines_can_stop_early_and_slope_of_a_linear_law():
-    df, _ = bench.run([64, 128], H=1, D=2, repeats=1, copy_gib=0, passes=["fwd"],
+    df, _ = bench.run([64, 128], H=1, D=2, repeats=1, roof_mib=0, passes=["fwd"],
                       max_baseline_L=64)
-    assert set(df[df.L == 128].impl) == {"swr"} and set(df[df.L == 64].impl) == set(bench.IMPLS)
-    df, _ = bench.run([64, 128], H=1, D=2, repeats=1, copy_gib=0, passes=["fwd", "bwd"],
+    assert set(df[df.L == 128].impl) == {"swr", "scan-compiled"}  # the compiled kernels go on
+    assert set(df[df.L == 64].impl) == set(bench.IMPLS)
+    df, _ = bench.run([64, 128], H=1, D=2, repeats=1, roof_mib=0, passes=["fwd", "bwd"],
                       max_slow_bwd_L=64)
-    slow = {"scan-sequential", "attention-full"}
+    slow = {"scan-torch-loop", "attention-full"}
     long_bwd = set(df[(df.L == 128) & (df["pass"] == "bwd")].impl)
     assert long_bwd == set(bench.IMPLS) - slow
     assert set(df[(df.L == 128) & (df["pass"] == "fwd")].impl) == set(bench.IMPLS)

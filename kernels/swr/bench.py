@@ -4,29 +4,46 @@ Every implementation gets the same inputs in the same process, at each sequence 
 to three passes: ``fwd`` (forward), ``bwd`` (backward alone, after one untimed forward) and
 ``fwd+bwd``:
 
-* ``swr``            — :func:`kernels.swr.swr` with ``impl="auto"`` (the compiled kernel on CPU)
-* ``swr-chunked``    — the block two-pass algorithm in PyTorch ops
-* ``scan-sequential``— the full recurrence as a time loop of PyTorch ops
-* ``scan-parallel``  — the full recurrence as a log-space parallel scan: with ``A = cumsum log a``,
+* ``swr``             — :func:`kernels.swr.swr` with ``impl="auto"`` (the compiled kernel on CPU)
+* ``scan-compiled``   — the full recurrence as a compiled sequential scan
+  (:func:`kernels.swr.scan`, ``impl="compiled"``): one O(L·D) pass per head, vectorised across
+  channels, heads on all cores — the baseline a CPU user would pick, built like the SWR kernel
+  (same threads, same vector rows), so the two differ only in the recurrence they evaluate
+* ``swr-chunked``     — the block two-pass algorithm in PyTorch ops
+* ``scan-torch-loop`` — the full recurrence as a Python loop over time of PyTorch ops (one
+  small operation per token: it measures Python and dispatch overhead, not the recurrence)
+* ``scan-parallel``   — the full recurrence as a log-space parallel scan: with ``A = cumsum log a``,
   ``y_i = Σ_j e^{A_i − A_j} x_j`` split into positive and negative parts of ``x`` and evaluated
   with ``logcumsumexp`` (stable, O(L) work, O(log L) depth)
-* ``swa-blocked``    — sliding-window attention with the *same* jagged window as SWR
+* ``swa-blocked``     — sliding-window attention with the *same* jagged window as SWR
   (:func:`kernels.swa.swa_blocked`, O(L·2ℓ·D), no L×L matrix)
-* ``attention-full`` — PyTorch SDPA with a causal mask (:func:`kernels.swa.attention_full`,
+* ``attention-full``  — PyTorch SDPA with a causal mask (:func:`kernels.swa.attention_full`,
   O(L²·D))
 
-Reported: the best of ``repeats`` timings (the least disturbed by other work on a shared
-machine), tokens/s, and an *effective* bandwidth: the bytes each method must touch at least once
-divided by the time. Forward: inputs read and output written (``a, x → y`` for recurrences,
-``q, k, v → o`` for attention); backward: the output's gradient and the inputs (or the output)
-read, the inputs' gradients written (``a, x, dy → da, dx``; ``q, k, v, do → dq, dk, dv``);
-``fwd+bwd``: the sum. It is compared with the machine's copy bandwidth, measured with all
-threads by copying a ≥ 1 GiB buffer into a preallocated destination and counting read + write.
-``ratio_to_swr`` is each time divided by ``swr``'s at the same length and pass.
+and, on request (:data:`EXTRA_IMPLS`), ``swr-loops`` and ``scan-compiled-loops``: the same two
+compiled kernels with their channel loops left to numba instead of one vector operation per
+token row (:data:`kernels.swr.compiled.VECTOR_ROWS`), to measure what the vector rows bring.
+
+Reported per measurement: the median of ``repeats`` timings, tokens/s, and an *effective*
+bandwidth: the bytes each method must touch at least once divided by the time. Forward: inputs
+read and output written (``a, x → y`` for recurrences, ``q, k, v → o`` for attention); backward:
+the output's gradient and the inputs (or the output) read, the inputs' gradients written
+(``a, x, dy → da, dx``; ``q, k, v, do → dq, dk, dv``); ``fwd+bwd``: the sum.
+
+**The roof** is the machine's memory bandwidth as STREAM measures it: the triad
+``a = b + s·c`` on three float32 arrays far larger than the caches (:class:`Roof`), compiled,
+with the run's threads, counting two reads and one write per element. The compiled kernels'
+timings (:data:`STREAMING`) are each paired with a triad run just before them, and
+``fraction_of_roof`` is the median over repeats of (effective bandwidth / that triad's
+bandwidth): a machine that slows down or speeds up between runs (other jobs, frequency) moves
+both numbers of a pair together, so their ratio stays put where either alone would not. The
+other methods, bound by arithmetic or overhead rather than memory, are set against the median
+of all triad runs. ``ratio_to_swr`` is each time divided by ``swr``'s at the same length and pass.
 
 Every method runs with PyTorch's thread count (all cores unless ``threads`` says otherwise;
-the compiled SWR kernel follows it too). :func:`decode_throughput` times the token-by-token
-decoder (:class:`kernels.swr.SWRState`) in tokens/s, to set beside the full-sequence kernel's.
+the compiled kernels and the triad follow it too). :func:`decode_throughput` times the
+token-by-token decoder (:class:`kernels.swr.SWRState`) in tokens/s, to set beside the
+full-sequence kernel's.
 """
 
 from __future__ import annotations
@@ -40,14 +57,20 @@ import pandas as pd
 import torch
 
 from kernels.swa import attention_full, swa_blocked
-from kernels.swr import SWRState, swr
+from kernels.swr import SWRState, scan, swr
 
-IMPLS = ("swr", "swr-chunked", "scan-sequential", "scan-parallel", "swa-blocked", "attention-full")
+IMPLS = ("swr", "scan-compiled", "swr-chunked", "scan-torch-loop", "scan-parallel",
+         "swa-blocked", "attention-full")
+EXTRA_IMPLS = ("swr-loops", "scan-compiled-loops")
+#: The compiled O(L·D) kernels: bound by memory bandwidth, paired with the roof at every
+#: timing, and followed to the longest length (``max_baseline_L`` does not stop them).
+STREAMING = ("swr", "scan-compiled", "swr-loops", "scan-compiled-loops")
 PASSES = ("fwd", "bwd", "fwd+bwd")
 
 
 # -- the alternatives ---------------------------------------------------------------------
-def scan_sequential(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+def scan_torch_loop(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """The full recurrence as a Python loop over time of PyTorch operations."""
     state = torch.zeros_like(x[..., 0, :])
     out = torch.empty_like(x) if not x.requires_grad else None
     outs = []
@@ -70,9 +93,56 @@ def scan_parallel(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 
 # -- measurement ----------------------------------------------------------------------------
+def _triad_kernel():
+    import numba
+
+    @numba.njit(cache=True, nogil=True, fastmath=True)
+    def triad(a, b, c, s, i0, i1):  # pragma: no cover - compiled
+        for i in range(i0, i1):
+            a[i] = b[i] + s * c[i]
+    return triad
+
+
+class Roof:
+    """The STREAM triad ``a = b + s·c`` on three float32 arrays of ``mib`` MiB each, compiled
+    (numba) and split over the threads the SWR kernels use (:mod:`kernels.swr.compiled`'s pool,
+    ``torch.get_num_threads()`` contiguous ranges). :meth:`measure` runs it once and returns
+    bytes per second, counting ``3·4`` bytes per element (two reads, one write; like the
+    kernels' effective bandwidth, not the write-allocate traffic).
+
+    The default, 256 MiB per array (768 MiB in all), is far beyond a core's private caches and
+    larger than the whole last-level cache of the machines the book runs on (the 2-core VMs
+    report 504 MiB of L3 shared with their host; one core's triad bandwidth is flat from 16 MiB
+    to 1 GiB per array there)."""
+
+    def __init__(self, mib: float = 256.0):
+        from kernels.swr import compiled
+
+        self._compiled = compiled
+        self.n = max(1024, int(mib * 2**20) // 4)
+        self.a, self.b, self.c = (compiled.aligned_empty((self.n,), np.float32) for _ in range(3))
+        self.b.fill(1.0)
+        self.c.fill(2.0)
+        self._triad = _triad_kernel()
+        self.measure()  # compile, and touch every page
+
+    def _ranges(self) -> list[tuple[int, int]]:
+        threads = max(1, torch.get_num_threads())
+        cuts = [(self.n * j // threads) // 16 * 16 for j in range(threads)] + [self.n]
+        return [(s, e) for s, e in zip(cuts[:-1], cuts[1:]) if e > s]
+
+    def measure(self) -> float:
+        ranges = self._ranges()
+        args = lambda j, r: (self.a, self.b, self.c, np.float32(3.0), *r)
+        t0 = time.perf_counter()
+        self._compiled._parallel(self._triad, ranges, args)
+        return 3 * 4 * self.n / (time.perf_counter() - t0)
+
+
 def copy_bandwidth(gib: float = 1.0, repeats: int = 3) -> float:
     """Bytes per second (read + write) copying a ``gib`` GiB float32 buffer into a
-    preallocated destination, best of ``repeats``, with PyTorch's current thread count."""
+    preallocated destination with PyTorch, best of ``repeats`` (the roof used before
+    :class:`Roof`; kept for comparison)."""
     n = int(gib * 2**30) // 4
     src = torch.ones(n, dtype=torch.float32)
     dst = torch.empty_like(src)
@@ -101,10 +171,16 @@ def _make_inputs(B, H, L, D, dtype, seed, attention: bool = True):
 
 def _callable(impl: str, a, x, q, k, block: int, pass_: str):
     """``(run, bytes)``: a function timing one ``pass_`` of ``impl`` and the bytes it must move."""
-    if impl in ("swr", "swr-chunked", "scan-sequential", "scan-parallel"):
-        fn = {"swr": lambda a, x: swr(a, x, block=block),
-              "swr-chunked": lambda a, x: swr(a, x, block=block, impl="chunked"),
-              "scan-sequential": scan_sequential, "scan-parallel": scan_parallel}[impl]
+    recurrences = {
+        "swr": lambda a, x: swr(a, x, block=block),
+        "scan-compiled": lambda a, x: scan(a, x, impl="compiled"),
+        "swr-chunked": lambda a, x: swr(a, x, block=block, impl="chunked"),
+        "scan-torch-loop": scan_torch_loop, "scan-parallel": scan_parallel,
+        "swr-loops": lambda a, x: _loops(lambda: swr(a, x, block=block)),
+        "scan-compiled-loops": lambda a, x: _loops(lambda: scan(a, x, impl="compiled")),
+    }
+    if impl in recurrences:
+        fn = recurrences[impl]
         args = (a, x)
         fwd_bytes, bwd_bytes = a.numel() + 2 * x.numel(), 2 * a.numel() + 3 * x.numel()
     else:
@@ -138,28 +214,66 @@ def _callable(impl: str, a, x, q, k, block: int, pass_: str):
     return run_bwd, bwd_bytes * size
 
 
+def _loops(call):
+    """``call()`` with the compiled kernels' channel loops instead of vector rows (forward and
+    the backward of what it returns: the choice is recorded in the autograd node)."""
+    from kernels.swr import compiled
+
+    previous = compiled.VECTOR_ROWS
+    compiled.VECTOR_ROWS = False
+    try:
+        return call()
+    finally:
+        compiled.VECTOR_ROWS = previous
+
+
+def measure(fn: Callable[[], object], nbytes: float, repeats: int,
+            roof: Roof | None) -> dict:
+    """Time ``fn`` ``repeats`` times (after one untimed warm-up call), each time right after
+    one run of ``roof`` when given. Returns the median and best seconds, the median effective
+    bandwidth (``nbytes`` per median time), the median triad bandwidth and the median of the
+    paired fractions (effective / triad)."""
+    fn()  # warm-up (JIT compilation, allocator)
+    seconds, roofs = [], []
+    for _ in range(repeats):
+        if roof is not None:
+            roofs.append(roof.measure())
+        seconds.append(_time(fn))
+    seconds = np.array(seconds)
+    out = {"seconds": float(np.median(seconds)), "best_seconds": float(seconds.min()),
+           "gb_per_s": nbytes / float(np.median(seconds)) / 1e9,
+           "roof_gb_per_s": float("nan"), "fraction_of_roof": float("nan"), "paired": False}
+    if roofs:
+        roofs = np.array(roofs)
+        out.update(roof_gb_per_s=float(np.median(roofs)) / 1e9, paired=True,
+                   fraction_of_roof=float(np.median(nbytes / seconds / roofs)))
+    return out
+
+
 def run(lengths: Sequence[int], B: int = 1, H: int = 16, D: int = 16, *, block: int = 16,
         impls: Sequence[str] = IMPLS, passes: Sequence[str] = PASSES,
-        repeats: int = 3, dtype: torch.dtype = torch.float32, seed: int = 0,
+        repeats: int = 5, dtype: torch.dtype = torch.float32, seed: int = 0,
         max_sequential_L: int = 16384, max_attention_L: int = 16384,
         max_baseline_L: int | None = None, max_slow_bwd_L: int | None = 4096,
-        copy_gib: float = 1.0,
+        roof_mib: float = 256.0,
         threads: int | None = None, progress: bool = False) -> tuple[pd.DataFrame, float]:
-    """Time every implementation at every length; returns ``(table, copy_bytes_per_s)``.
+    """Time every implementation at every length; returns ``(table, roof_bytes_per_s)``, the
+    second the median of every triad run (NaN with ``roof_mib=0``: no roof, no fractions).
 
     ``threads``: PyTorch intra-op threads during the run (restored afterwards; ``None``, the
-    default, leaves PyTorch's count: all cores, or what the runner set). The compiled SWR
-    kernel follows the same count, so every method gets the same cores.
+    default, leaves PyTorch's count: all cores, or what the runner set). The compiled kernels
+    and the triad follow the same count, so every method gets the same cores.
 
-    The sequential scan and full attention are skipped beyond ``max_sequential_L`` and
+    The Python-loop scan and full attention are skipped beyond ``max_sequential_L`` and
     ``max_attention_L`` (their cost is known: linear with a large constant, and quadratic),
     their backward passes also beyond ``max_slow_bwd_L`` (the slowest measurements of all:
-    tens of seconds at L = 8192 on two cores), and every method but ``swr`` beyond
-    ``max_baseline_L`` (when given), so that ``swr`` alone can be followed to very long
-    sequences."""
-    unknown = set(impls) - set(IMPLS)
+    tens of seconds at L = 8192 on two cores), and every method but the compiled kernels
+    (:data:`STREAMING`) beyond ``max_baseline_L`` (when given), so that those can be followed
+    to very long sequences."""
+    known = IMPLS + EXTRA_IMPLS
+    unknown = set(impls) - set(known)
     if unknown:
-        raise ValueError(f"unknown impls {sorted(unknown)}; choose from {IMPLS}")
+        raise ValueError(f"unknown impls {sorted(unknown)}; choose from {known}")
     bad_pass = set(passes) - set(PASSES)
     if bad_pass:
         raise ValueError(f"passes must be among {PASSES}, got {sorted(bad_pass)}")
@@ -167,22 +281,22 @@ def run(lengths: Sequence[int], B: int = 1, H: int = 16, D: int = 16, *, block: 
     if threads:
         torch.set_num_threads(threads)
     try:
-        # the machine's bandwidth: copied with the run's threads (all cores by default)
-        bandwidth = copy_bandwidth(copy_gib) if copy_gib > 0 else float("nan")
-        limits = {"scan-sequential": max_sequential_L, "attention-full": max_attention_L}
+        roof = Roof(roof_mib) if roof_mib > 0 else None
+        limits = {"scan-torch-loop": max_sequential_L, "attention-full": max_attention_L}
         df = _run(lengths, B, H, D, block, impls, passes, repeats, dtype, seed, limits,
-                  max_baseline_L, max_slow_bwd_L, bandwidth, progress)
+                  max_baseline_L, max_slow_bwd_L, roof, progress)
+        del roof
     finally:
         torch.set_num_threads(previous)
     df.attrs["threads"] = threads or previous
-    return df, bandwidth
+    return df, df.attrs["roof_bytes_per_s"]
 
 
 def _run(lengths, B, H, D, block, impls, passes, repeats, dtype, seed, limits, max_baseline_L,
-         max_slow_bwd_L, bandwidth, progress):
+         max_slow_bwd_L, roof, progress):
     def skip(impl, L, pass_="fwd"):
         limit = limits.get(impl)
-        if impl != "swr" and max_baseline_L is not None:
+        if impl not in STREAMING and max_baseline_L is not None:
             limit = max_baseline_L if limit is None else min(limit, max_baseline_L)
         if impl in limits and pass_ != "fwd" and max_slow_bwd_L is not None:
             limit = max_slow_bwd_L if limit is None else min(limit, max_slow_bwd_L)
@@ -197,18 +311,24 @@ def _run(lengths, B, H, D, block, impls, passes, repeats, dtype, seed, limits, m
                 if skip(impl, L, pass_):
                     continue
                 fn, nbytes = _callable(impl, a, x, q, k, block, pass_)
-                fn()  # warm-up (JIT compilation, allocator)
-                seconds = min(_time(fn) for _ in range(repeats))
-                rows.append({"impl": impl, "L": L, "pass": pass_, "seconds": seconds,
-                             "tokens_per_s": B * L / seconds, "gb_per_s": nbytes / seconds / 1e9})
+                m = measure(fn, nbytes, repeats, roof if impl in STREAMING else None)
+                rows.append({"impl": impl, "L": L, "pass": pass_, **m,
+                             "tokens_per_s": B * L / m["seconds"]})
                 del fn
                 if progress:
-                    print(f"  {impl:16s} L={L:7d} {pass_:8s} {seconds * 1e3:10.2f} ms", flush=True)
+                    frac = f"  {m['fraction_of_roof']:.2f} of the roof" if m["paired"] else ""
+                    print(f"  {impl:20s} L={L:7d} {pass_:8s} {m['seconds'] * 1e3:10.2f} ms{frac}",
+                          flush=True)
     df = pd.DataFrame(rows)
+    paired = df[df.paired].roof_gb_per_s
+    roof_bw = float(np.median(paired)) * 1e9 if len(paired) else float("nan")
+    # methods timed without a triad beside them: against the run's median triad
+    df.loc[~df.paired, "roof_gb_per_s"] = roof_bw / 1e9
+    df.loc[~df.paired, "fraction_of_roof"] = df.gb_per_s / (roof_bw / 1e9)
     ref = df[df.impl == "swr"].set_index(["L", "pass"]).seconds
     df["ratio_to_swr"] = [s / ref.get((L, p), float("nan"))
                           for s, L, p in zip(df.seconds, df.L, df["pass"])]
-    df["fraction_of_copy_bw"] = df.gb_per_s * 1e9 / bandwidth
+    df.attrs["roof_bytes_per_s"] = roof_bw
     return df
 
 
@@ -251,14 +371,16 @@ def common_length(df: pd.DataFrame, pass_: str = "fwd") -> int:
 
 def plot(df: pd.DataFrame, bandwidth: float | None = None):
     """Time against L for each implementation, one panel per pass, and a last panel with the
-    SWR kernel's effective bandwidth against L under the copy bandwidth (the roof)."""
+    compiled kernels' effective bandwidth against L under the triad bandwidth (the roof: the
+    run's median, ``bandwidth``)."""
     from lib import plotting as P
 
     passes = list(dict.fromkeys(df["pass"]))
     fig, axes = P.figure(ncols=len(passes) + 1, width=4.4, height=3.8)
     axes = np.atleast_1d(axes)
+    impls = list(dict.fromkeys(df.impl))
     for ax, pass_ in zip(axes, passes):
-        for n, impl in enumerate(dict.fromkeys(df.impl)):
+        for n, impl in enumerate(impls):
             d = df[(df.impl == impl) & (df["pass"] == pass_)].sort_values("L")
             if len(d):
                 P.simulation(ax, d.L, d.seconds, label=impl, index=n, connect=True)
@@ -266,39 +388,43 @@ def plot(df: pd.DataFrame, bandwidth: float | None = None):
         ax.set_yscale("log")
         P.label(ax, "sequence length $L$ (tokens)", "time (s)", title=pass_, legend=False)
     ax = axes[-1]
-    swr_rows = df[df.impl == "swr"]
-    for n, pass_ in enumerate(passes):  # swr's colour, one marker (open after the first) per pass
-        d = swr_rows[swr_rows["pass"] == pass_].sort_values("L")
-        P.simulation(ax, d.L, d.gb_per_s, label=f"swr {pass_}", color=P.PALETTE[0],
-                     marker=P.MARKERS[n % len(P.MARKERS)], connect=True,
-                     markerfacecolor=None if n == 0 else "white")
+    for impl in (i for i in impls if i in STREAMING):
+        rows = df[df.impl == impl]
+        for n, pass_ in enumerate(passes):  # the method's colour, one marker per pass
+            d = rows[rows["pass"] == pass_].sort_values("L")
+            P.simulation(ax, d.L, d.gb_per_s, label=f"{impl} {pass_}",
+                         color=P.PALETTE[impls.index(impl) % len(P.PALETTE)],
+                         marker=P.MARKERS[n % len(P.MARKERS)], connect=True,
+                         markerfacecolor=None if n == 0 else "white")
     if bandwidth and np.isfinite(bandwidth):
         Ls = np.array(sorted(df.L.unique()))
-        P.theory(ax, Ls, np.full(len(Ls), bandwidth / 1e9), label="copy bandwidth (roof)")
+        P.theory(ax, Ls, np.full(len(Ls), bandwidth / 1e9), label="triad bandwidth (roof)")
     ax.set_xscale("log", base=2)
     ax.set_ylim(bottom=0)
     P.label(ax, "sequence length $L$ (tokens)", "effective bandwidth (GB/s)",
-            title="swr vs the memory roof")
+            title="compiled kernels vs the memory roof")
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside right center")
     return fig
 
 
 def summary(df: pd.DataFrame, bandwidth: float, decode: dict | None = None) -> dict:
-    """The performance goals as measured numbers (not assertions): the SWR kernel's fraction
-    of the copy bandwidth at the longest length, per pass; the log-log slope of its time
-    against L from L = 4096 up (1 = linear); the smallest speed-up over each alternative at
-    L ≥ 4096 (forward); and decode tokens/s (``decode``: from :func:`decode_throughput`)."""
-    out = {"copy_gb_per_s": bandwidth / 1e9}
-    swr_rows = df[df.impl == "swr"]
-    for pass_ in dict.fromkeys(swr_rows["pass"]):
-        d = swr_rows[swr_rows["pass"] == pass_].sort_values("L")
-        row = d.iloc[-1]
-        out[f"swr_{pass_}_fraction_of_copy_bw_at_L={int(row.L)}"] = float(row.fraction_of_copy_bw)
-        out[f"swr_{pass_}_tokens_per_s_at_L={int(row.L)}"] = float(row.tokens_per_s)
+    """The performance goals as measured numbers (not assertions): the median triad bandwidth;
+    for each compiled kernel and pass, its fraction of the roof (median of the pairs) and
+    tokens/s at the longest length; the log-log slope of the SWR kernel's time against L from
+    L = 4096 up (1 = linear); the smallest speed-up over each alternative at L ≥ 4096
+    (forward); and decode tokens/s (``decode``: from :func:`decode_throughput`)."""
+    out = {"roof_gb_per_s": bandwidth / 1e9}
+    for impl in (i for i in STREAMING if i in set(df.impl)):
+        rows = df[df.impl == impl]
+        for pass_ in dict.fromkeys(rows["pass"]):
+            row = rows[rows["pass"] == pass_].sort_values("L").iloc[-1]
+            out[f"{impl}_{pass_}_fraction_of_roof_at_L={int(row.L)}"] = float(row.fraction_of_roof)
+            out[f"{impl}_{pass_}_tokens_per_s_at_L={int(row.L)}"] = float(row.tokens_per_s)
+    for pass_ in dict.fromkeys(df[df.impl == "swr"]["pass"]):
         out[f"swr_{pass_}_loglog_slope_L>=4096"] = loglog_slope(df, pass_=pass_)
     fwd = df[df["pass"] == "fwd"]
-    for impl in ("scan-sequential", "swa-blocked", "attention-full"):
+    for impl in (i for i in IMPLS + EXTRA_IMPLS if i != "swr"):
         d = fwd[(fwd.impl == impl) & (fwd.L >= 4096)]
         out[f"min_speedup_vs_{impl}_L>=4096"] = float(d.ratio_to_swr.min()) if len(d) else None
     for name, value in (decode or {}).items():
@@ -314,16 +440,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--heads", "-H", type=int, default=16)
     parser.add_argument("--dim", "-D", type=int, default=16)
     parser.add_argument("--block", type=int, default=16)
-    parser.add_argument("--impls", nargs="+", default=list(IMPLS), choices=IMPLS)
+    parser.add_argument("--impls", nargs="+", default=list(IMPLS), choices=IMPLS + EXTRA_IMPLS)
     parser.add_argument("--passes", nargs="+", default=list(PASSES), choices=PASSES)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
-    parser.add_argument("--max-sequential-L", type=int, default=16384)
+    parser.add_argument("--max-sequential-L", type=int, default=16384,
+                        help="longest L for the Python-loop scan")
     parser.add_argument("--max-attention-L", type=int, default=16384)
     parser.add_argument("--max-slow-bwd-L", type=int, default=4096)
     parser.add_argument("--max-baseline-L", type=int, default=None,
-                        help="skip every method but swr beyond this length")
-    parser.add_argument("--copy-gib", type=float, default=1.0)
+                        help="skip every method but the compiled kernels beyond this length")
+    parser.add_argument("--roof-mib", type=float, default=256.0,
+                        help="MiB per array of the triad (0: no roof)")
     parser.add_argument("--threads", type=int, default=0,
                         help="PyTorch (and compiled-kernel) threads for every method "
                              "(0, the default: PyTorch's default, all cores)")
@@ -337,7 +465,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                  passes=args.passes, repeats=args.repeats, dtype=dtype,
                  max_sequential_L=args.max_sequential_L, max_attention_L=args.max_attention_L,
                  max_baseline_L=args.max_baseline_L,
-                 max_slow_bwd_L=args.max_slow_bwd_L, copy_gib=args.copy_gib,
+                 max_slow_bwd_L=args.max_slow_bwd_L, roof_mib=args.roof_mib,
                  threads=args.threads or None, progress=True)
     decode = {}
     if args.decode_tokens:
@@ -347,11 +475,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                  tokens=args.decode_tokens, impl=impl, dtype=dtype)
             except ValueError:  # no numba: no compiled decoder
                 pass
-    with pd.option_context("display.width", 160, "display.max_rows", 500):
-        print(df.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-    print(f"\ncopy bandwidth (read + write, {args.copy_gib:g} GiB buffer, "
-          f"{df.attrs['threads']} threads): {bw / 1e9:.2f} GB/s; "
-          f"threads during the run: {df.attrs['threads']}")
+    with pd.option_context("display.width", 200, "display.max_rows", 500):
+        print(df.drop(columns=["paired"]).to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    print(f"\ntriad bandwidth (STREAM counting, {args.roof_mib:g} MiB per array, "
+          f"{df.attrs['threads']} threads), median of the run: {bw / 1e9:.2f} GB/s")
     for key, value in summary(df, bw, decode).items():
         print(f"{key}: {value if value is None else f'{value:.3g}'}")
     if args.csv:
