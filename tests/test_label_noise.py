@@ -185,6 +185,18 @@ def test_selection_and_stages():
     assert not M.stage_one_appears(h)
 
 
+def test_the_noisy_samples_overtake_when_their_mean_rho_passes_gamma():
+    # samples 0, 1 clean, 2 and 3 noisy: their mean max ρ is 0, 0.5, 1.5 against max γ = 1
+    rho = np.array([[9, 9, 0, 0], [9, 9, 0, 1], [9, 9, 1, 2]], float)
+    h = M.History(steps=np.array([0, 5, 10]), clean=np.array([True, True, False, False]),
+                  margins=np.zeros((3, 4)), test_accuracy=np.zeros(3), gamma_max=np.ones(3), rho_max=rho)
+    assert h.mean_rho_max("noisy").tolist() == [0, 0.5, 1.5] and h.mean_rho_max("clean").tolist() == [9, 9, 9]
+    assert M.overtake_step(h) == 10
+    h.gamma_max[:] = 2.0
+    assert M.overtake_step(h) is None
+    assert M.stack_runs([h, h], lambda r: r.gamma_max).shape == (3, 2)
+
+
 def test_log_steps():
     s = M.log_steps(1000, 10, extra=(25,))
     assert s[0] == 0 and s[-1] == 1000 and 25 in s and np.all(np.diff(s) > 0)

@@ -16,7 +16,7 @@ trained by full-batch gradient descent on the logistic loss of ỹ·f.
 
 from lib.label_noise.analysis import (detect_stages, log10_p_rate_at_least, p_rate_at_least, p_rate_at_most,
                                       p_rise, precision_recall, select_small_loss, smallest_detectable_rise,
-                                      stage_one_appears)
+                                      overtake_step, stack_runs, stage_one_appears)
 from lib.label_noise.data import make_data, mu_norm_for, snr
 from lib.label_noise.digits import digits_task, train_digits
 from lib.label_noise.model import (LOG2, CoefficientGD, J, TestSet, gd_step, init_weights, logistic_loss,
@@ -26,7 +26,8 @@ from lib.label_noise.theory import (benign_exponent, heuristic_boundary, noisy_l
 from lib.label_noise.training import History, log_steps, run_synthetic, run_to_loss, train, train_to_loss
 
 __all__ = ["detect_stages", "log10_p_rate_at_least", "p_rate_at_least", "p_rate_at_most", "p_rise",
-           "precision_recall", "select_small_loss", "smallest_detectable_rise", "stage_one_appears", "make_data",
+           "precision_recall", "select_small_loss", "smallest_detectable_rise", "stage_one_appears", "overtake_step",
+           "stack_runs", "make_data",
            "mu_norm_for", "snr", "digits_task", "train_digits", "LOG2", "CoefficientGD", "J", "TestSet",
            "gd_step", "init_weights", "logistic_loss", "loss_derivative", "output", "preactivations", "project",
            "benign_exponent", "heuristic_boundary", "noisy_label_error", "stage_one_rates", "stage_two_bound",

@@ -68,6 +68,18 @@ def detect_stages(h: History, fit: float = 0.98, memorised: float = 0.5) -> tupl
     return int(h.steps[start[0]]), (int(h.steps[later[0]]) if len(later) else None)
 
 
+def overtake_step(h: History) -> int | None:
+    """The first recording step at which the noisy samples' mean max ρ exceeds max γ (memorising
+    the noise outgrows the signal), or None if it never does."""
+    above = np.flatnonzero(h.mean_rho_max("noisy") > h.gamma_max)
+    return int(h.steps[above[0]]) if len(above) else None
+
+
+def stack_runs(histories, fn) -> np.ndarray:
+    """``fn(history)`` of every run side by side: an array shaped (recording steps, runs)."""
+    return np.stack([fn(h) for h in histories], axis=1)
+
+
 def select_small_loss(losses: np.ndarray, threshold: float = LOG2) -> np.ndarray:
     """Sample selection: keep the samples whose loss is at most ``threshold`` (log 2 ⇔ ỹf ≥ 0)."""
     return losses <= threshold

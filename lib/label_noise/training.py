@@ -46,6 +46,14 @@ class History:
             return np.full(len(self.steps), np.nan)
         return (self.margins[:, mask] > 0).mean(axis=1)
 
+    def mean_rho_max(self, subset: str = "noisy") -> np.ndarray:
+        """Per recording step, the mean over the ``clean`` or ``noisy`` samples of max_{j,r} ρ_{j,r,i}
+        (NaN when the subset is empty)."""
+        mask = {"clean": self.clean, "noisy": ~self.clean}[subset]
+        if not mask.any():
+            return np.full(len(self.steps), np.nan)
+        return self.rho_max[:, mask].mean(axis=1)
+
     def losses(self, index: int) -> np.ndarray:
         return logistic_loss(self.margins[index])
 
