@@ -9,8 +9,10 @@ Three layers, which import only downwards (``tests/test_architecture.py`` checks
   notebook starts and ends with), :mod:`lib.claims` (theorem-versus-simulation claims and
   results.json's claims), :mod:`lib.results` (results.json's one reader and writer), :mod:`lib.run`
   (the run context the runner hands a chapter), :mod:`lib.outputs` (where a run may write),
-  :mod:`lib.plotting` (house style, intervals), :mod:`lib.sweep` (grid × seeds, local or on
-  Dask), :mod:`lib.stats` (shared fits), :mod:`lib.provenance` (commit and environment), and two
+  :mod:`lib.plotting` (house style, figures, numbers in prose), :mod:`lib.stats` (intervals,
+  tests over seeds, fits), :mod:`lib.seeding` (every random draw: the chapter seed and a named
+  stream), :mod:`lib.sweep` (grid × seeds, local or on Dask), :mod:`lib.provenance` (commit and
+  environment), and two
   building blocks two chapters share, :mod:`lib.llama` and :mod:`lib.pcfg`.
 - **The pipeline**, :mod:`lib.pipeline` (chapter discovery, papermill runner and cache, seed
   sweeps, book build, the ``companion`` CLI): it runs notebooks and never imports paper code.
