@@ -252,13 +252,18 @@ def measure(fn: Callable[[], object], nbytes: float, repeats: int,
 
 def run(lengths: Sequence[int], B: int = 1, H: int = 16, D: int = 16, *, block: int = 16,
         impls: Sequence[str] = IMPLS, passes: Sequence[str] = PASSES,
-        repeats: int = 5, dtype: torch.dtype = torch.float32, seed: int = 0,
+        repeats: int = 5, baseline_repeats: int | None = 3,
+        dtype: torch.dtype = torch.float32, seed: int = 0,
         max_sequential_L: int = 16384, max_attention_L: int = 16384,
         max_baseline_L: int | None = None, max_slow_bwd_L: int | None = 4096,
         roof_mib: float = 256.0,
         threads: int | None = None, progress: bool = False) -> tuple[pd.DataFrame, float]:
     """Time every implementation at every length; returns ``(table, roof_bytes_per_s)``, the
     second the median of every triad run (NaN with ``roof_mib=0``: no roof, no fractions).
+
+    ``repeats`` timings of each compiled kernel (:data:`STREAMING`), each paired with a triad
+    run; ``baseline_repeats`` (``None``: ``repeats``) of every other method, whose single calls
+    take up to seconds and need no pairing.
 
     ``threads``: PyTorch intra-op threads during the run (restored afterwards; ``None``, the
     default, leaves PyTorch's count: all cores, or what the runner set). The compiled kernels
@@ -283,7 +288,8 @@ def run(lengths: Sequence[int], B: int = 1, H: int = 16, D: int = 16, *, block: 
     try:
         roof = Roof(roof_mib) if roof_mib > 0 else None
         limits = {"scan-torch-loop": max_sequential_L, "attention-full": max_attention_L}
-        df = _run(lengths, B, H, D, block, impls, passes, repeats, dtype, seed, limits,
+        counts = (repeats, repeats if baseline_repeats is None else baseline_repeats)
+        df = _run(lengths, B, H, D, block, impls, passes, counts, dtype, seed, limits,
                   max_baseline_L, max_slow_bwd_L, roof, progress)
         del roof
     finally:
@@ -292,7 +298,7 @@ def run(lengths: Sequence[int], B: int = 1, H: int = 16, D: int = 16, *, block: 
     return df, df.attrs["roof_bytes_per_s"]
 
 
-def _run(lengths, B, H, D, block, impls, passes, repeats, dtype, seed, limits, max_baseline_L,
+def _run(lengths, B, H, D, block, impls, passes, counts, dtype, seed, limits, max_baseline_L,
          max_slow_bwd_L, roof, progress):
     def skip(impl, L, pass_="fwd"):
         limit = limits.get(impl)
@@ -311,7 +317,9 @@ def _run(lengths, B, H, D, block, impls, passes, repeats, dtype, seed, limits, m
                 if skip(impl, L, pass_):
                     continue
                 fn, nbytes = _callable(impl, a, x, q, k, block, pass_)
-                m = measure(fn, nbytes, repeats, roof if impl in STREAMING else None)
+                streaming = impl in STREAMING
+                m = measure(fn, nbytes, counts[0] if streaming else counts[1],
+                            roof if streaming else None)
                 rows.append({"impl": impl, "L": L, "pass": pass_, **m,
                              "tokens_per_s": B * L / m["seconds"]})
                 del fn
@@ -442,7 +450,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--block", type=int, default=16)
     parser.add_argument("--impls", nargs="+", default=list(IMPLS), choices=IMPLS + EXTRA_IMPLS)
     parser.add_argument("--passes", nargs="+", default=list(PASSES), choices=PASSES)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=5,
+                        help="timings of each compiled kernel, each after a triad run")
+    parser.add_argument("--baseline-repeats", type=int, default=3,
+                        help="timings of every other method")
     parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     parser.add_argument("--max-sequential-L", type=int, default=16384,
                         help="longest L for the Python-loop scan")
@@ -462,7 +473,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     dtype = getattr(torch, args.dtype)
     df, bw = run(args.lengths, args.batch, args.heads, args.dim, block=args.block, impls=args.impls,
-                 passes=args.passes, repeats=args.repeats, dtype=dtype,
+                 passes=args.passes, repeats=args.repeats,
+                 baseline_repeats=args.baseline_repeats, dtype=dtype,
                  max_sequential_L=args.max_sequential_L, max_attention_L=args.max_attention_L,
                  max_baseline_L=args.max_baseline_L,
                  max_slow_bwd_L=args.max_slow_bwd_L, roof_mib=args.roof_mib,
