@@ -177,7 +177,18 @@ def bt_projection(pi: np.ndarray, pref: Preference) -> np.ndarray:
     """The population limit of the BT scores: the maximum-likelihood BT fit of the expected pair
     counts 2 π_a π_b P(a ≻ b), i.e. the KL projection of P onto the Bradley–Terry family weighted
     by π_ref ⊗ π_ref (gauge: the tiny ridge centres the scores)."""
-    return bt_scores(expected_pairs(pi, pref), 1.0, ridge=1e-14)
+    W = expected_pairs(pi, pref)
+    s = bt_scores(W, 1.0, ridge=1e-14)
+    # polish without the ridge: Newton steps on the centred scores (the gauge direction, the
+    # Hessian's null space, is dropped by the pseudo-inverse)
+    for _ in range(3):
+        d = s[:, None] - s[None, :]
+        grad = -((W * expit(-d)).sum(1) - (W * expit(-d)).sum(0))
+        w = W * expit(d) * expit(-d)
+        w = w + w.T
+        s = s - np.linalg.pinv(np.diag(w.sum(1)) - w, rcond=1e-14) @ grad
+        s = s - s.mean()
+    return s
 
 
 def bt_plugin_limit(pi: np.ndarray, pref: Preference) -> np.ndarray:
