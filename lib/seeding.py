@@ -3,7 +3,7 @@
     rng = stream(ch.seed, "ood-grid", n_trg, l_min, l_max, rep)   # a numpy Generator
     gen = torch_generator(ch.seed, "init", width, rep)            # a torch.Generator
     seed_torch(ch.seed, "init", width, rep)                       # torch's global generator (nn.Module init)
-    random_state = seed_of(ch.seed, "split", rep)                  # an int, for APIs that take one
+    init_seed = seed_of(ch.seed, "init", rep)                      # an int, for APIs that take one
 
 The chapter seed is the :class:`numpy.random.SeedSequence`'s entropy and the key its spawn key,
 so two different chapter seeds never share a stream, whatever the keys. A key is a tuple of
@@ -69,8 +69,9 @@ def stream(root: int, *key):
 
 
 def seed_of(root: int, *key) -> int:
-    """A 63-bit integer seed for sub-stream ``key``, for APIs that take an int
-    (``torch.manual_seed``, scikit-learn's ``random_state``)."""
+    """A 63-bit integer seed for sub-stream ``key``, for APIs that take an int (``torch.manual_seed``).
+    An API that takes only 32-bit seeds (scikit-learn's ``random_state``) gets
+    ``int(stream(root, *key).integers(2**32))``."""
     return int(sequence(root, *key).generate_state(1, dtype="uint64")[0] >> 1)
 
 
