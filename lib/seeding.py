@@ -11,8 +11,12 @@ names, ints, floats and tuples of them (a sweep point's values and its replicate
 a position in a list; it is hashed whole into a fixed-length spawn key, so ``("a", 1)`` and
 ``("a", 1, 0)`` are different streams and no arithmetic on seeds is ever needed.
 
+A model's own constants (a fixed reference sample that defines a design) come from
+:func:`constant_stream`, the same for every chapter seed.
+
 A test hook: with ``COMPANION_STREAM_LOG`` naming a file, every stream appends ``root<TAB>key``
-to it (tests/test_seeding.py checks that each draw of a chapter run derives from its seed).
+to it (tests/test_book.py checks that each draw of a chapter run derives from its seed or is a
+model constant).
 """
 
 from __future__ import annotations
@@ -48,17 +52,36 @@ def _spawn_key(key: tuple) -> tuple[int, ...]:
     return tuple(int.from_bytes(digest[i:i + 4], "little") for i in range(0, 16, 4))
 
 
+#: What the stream log names as the root of a model constant (:func:`constant_stream`).
+MODEL_ROOT = "model"
+
+
+def _sequence(root: int, key: tuple, logged_root: str):
+    import numpy as np
+
+    spawn = _spawn_key(key)
+    if log := os.environ.get(LOG_ENV):
+        with open(log, "a") as f:
+            f.write(f"{logged_root}\t{spawn[0]:08x}{spawn[1]:08x}{spawn[2]:08x}{spawn[3]:08x}\t{_canonical(key)!r}\n")
+    return np.random.SeedSequence(int(root), spawn_key=spawn)
+
+
 def sequence(root: int, *key):
     """The :class:`numpy.random.SeedSequence` of sub-stream ``key`` of chapter seed ``root``."""
     import numpy as np
 
     if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not 0 <= root <= _MAX_ROOT:
         raise ValueError(f"a chapter seed is an integer in [0, {_MAX_ROOT}], not {root!r}")
-    spawn = _spawn_key(key)
-    if log := os.environ.get(LOG_ENV):
-        with open(log, "a") as f:
-            f.write(f"{int(root)}\t{spawn[0]:08x}{spawn[1]:08x}{spawn[2]:08x}{spawn[3]:08x}\t{_canonical(key)!r}\n")
-    return np.random.SeedSequence(int(root), spawn_key=spawn)
+    return _sequence(root, key, str(int(root)))
+
+
+def constant_stream(*key):
+    """A stream that is part of a model's definition, the same whatever the chapter seed (say, a
+    fixed reference sample that sets a design's scales): not a draw of the experiment. It is the
+    stream ``key`` of root 0, logged with the root ``"model"``."""
+    import numpy as np
+
+    return np.random.Generator(np.random.PCG64(_sequence(0, key, MODEL_ROOT)))
 
 
 def stream(root: int, *key):

@@ -68,6 +68,13 @@ def test_the_log_records_root_and_key(tmp_path, monkeypatch):
     assert [(r[0], r[2]) for r in rows] == [("4", "('grid', 0.5, 2)"), ("4", "('init',)")]
 
 
+def test_a_model_constant_is_the_same_for_every_chapter_seed(tmp_path, monkeypatch):
+    log = tmp_path / "streams.tsv"
+    monkeypatch.setenv(seeding.LOG_ENV, str(log))
+    assert draw(seeding.constant_stream("demand", "reference")) == draw(stream(0, "demand", "reference"))
+    assert log.read_text().splitlines()[0].split("\t")[0] == seeding.MODEL_ROOT
+
+
 def test_chapter_rng_is_the_seed_stream(tmp_path):
     from lib.chapter import Chapter
 

@@ -21,7 +21,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from lib.seeding import stream
+from lib.seeding import constant_stream
 
 
 def psi(t: np.ndarray) -> np.ndarray:
@@ -47,7 +47,7 @@ def _raw(n: int, rng: np.random.Generator, rho: float) -> dict[str, np.ndarray]:
 def _scales(rho: float) -> dict[str, tuple[float, float]]:
     # a constant of the model, not a draw of the experiment: the standardising constants come
     # from one fixed reference sample, the same whatever the chapter seed
-    ref = _raw(200_000, stream(0, "demand", "reference-sample"), rho)
+    ref = _raw(200_000, constant_stream("demand", "reference-sample"), rho)
     return {k: (float(v.mean()), float(v.std())) for k, v in ref.items()}
 
 
