@@ -6,8 +6,8 @@ Aligning Large Language Models*, ICML 2025, arXiv:2505.07558.
 - :mod:`.preferences`: preference structures over K outputs, the target p₊, paired and unpaired
   data.
 - :mod:`.categorical`: the density-ratio loss (the chapter's reconstruction) and its exact
-  categorical minimiser, DPO, the Bradley–Terry plug-in of p₊ and a KTO-style baseline, population limits, the delta-method
-  constant of E TV ≈ C/√N.
+  categorical minimiser, DPO, the Bradley–Terry plug-in of p₊ and a KTO-style baseline,
+  population limits, the delta-method constant of E TV ≈ C/√N.
 - :mod:`.neural`: a tiny autoregressive GRU policy over short token sequences and its training.
 - :mod:`.experiments`: the chapter's studies, one sweep point at a time.
 """
@@ -26,7 +26,8 @@ from lib.stats import loglog_slope
 __all__ = ["Preference", "bradley_terry", "cyclic", "structures", "paired_target", "unpaired_target", "tv",
            "sample_pairs", "expected_pairs", "sample_unpaired", "ddro_loss", "fit_ddro_categorical",
            "fit_dpo_categorical", "fit_kto_categorical", "bt_scores", "bt_plugin_target", "fit_bt_plugin",
-           "bt_projection", "bt_plugin_limit", "bt_plugin_tv_constant", "ddro_tv_constant", "empirical_winners_tv_constant",
+           "bt_projection", "bt_plugin_limit", "bt_plugin_tv_constant", "ddro_tv_constant",
+           "empirical_winners_tv_constant",
            "bt_misfit", "population_limits", "all_sequences", "sequence_preference", "GRUPolicy", "neural_loss",
            "train_neural", "sequence_setup", "categorical_point", "categorical_study", "neural_point",
            "loglog_slope"]
