@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from lib.llama import Decoder
 from lib.pcfg import Grammar, Language, is_grammatical
-from lib.seeding import seed_torch, stream, torch_generator
+from lib.seeding import seed32, seed_torch, stream, torch_generator
 from lib.sweep import one_thread
 
 IGNORE = -100
@@ -176,16 +176,10 @@ def prefix_split(strings, t: int, rng: np.random.Generator) -> tuple[np.ndarray,
     return idx[side], idx[~side]
 
 
-def probe_seed(root: int, *key) -> int:
-    """A seed for scikit-learn, which takes only 32-bit ones: an int drawn from stream ``key`` of
-    the chapter seed ``root``."""
-    return int(stream(root, *key).integers(2**32))
-
-
 def probe(hidden: np.ndarray, labels: np.ndarray, t: int, train_idx, test_idx, random_state: int):
     """A logistic-regression probe of ``labels`` from ``hidden[:, t]`` (features standardised with
     the training side's mean and scale), trained on ``train_idx``; its predictions on ``test_idx``.
-    ``random_state`` is scikit-learn's seed (a 32-bit int, see :func:`probe_seed`; lbfgs draws
+    ``random_state`` is scikit-learn's seed (a 32-bit int, see :func:`lib.seeding.seed32`; lbfgs draws
     nothing, it matters only to solvers that do)."""
     from sklearn.linear_model import LogisticRegression
 
@@ -249,7 +243,7 @@ def train_point(dm: int, seed: int, *, root: int, grammar: Grammar, eval_set, lo
     ``root`` and replicate index ``seed``; the per-position losses on ``eval_set = (strings, js)``
     with the metadata masked and with the first ``dm`` levels given; probe predictions of every
     level ``d`` at every probed position ``t`` (``probe_splits[t] = (train_idx, test_idx)``), as
-    ``probes[d][k]`` in the order of ``probe_splits`` (scikit-learn seed from :func:`probe_seed`
+    ``probes[d][k]`` in the order of ``probe_splits`` (scikit-learn seed from :func:`lib.seeding.seed32`
     with key ``("probe", dm, seed, d, t)``); and the grammaticality of sampled continuations of
     ``prompts`` (stream ``("continuations", dm, seed)``) under the prompts' true metadata
     ``prompt_js`` and under some metadata.
@@ -266,7 +260,7 @@ def train_point(dm: int, seed: int, *, root: int, grammar: Grammar, eval_set, lo
                             log_set=log_set, log_dms=sorted({0, dm}), device=device, **train_kw)
         masked, hidden = evaluate(model, grammar, strings, js, dm=0, device=device)
         given = evaluate(model, grammar, strings, js, dm=dm, device=device)[0] if dm else masked
-        probes = [[probe(hidden, js[:, d], t, tr, te, random_state=probe_seed(root, "probe", dm, seed, d, t))
+        probes = [[probe(hidden, js[:, d], t, tr, te, random_state=seed32(root, "probe", dm, seed, d, t))
                    for t, (tr, te) in probe_splits.items()]
                   for d in range(grammar.depth)]
         out = continuations(model, grammar, prompts, torch_generator(root, "continuations", dm, seed),

@@ -92,10 +92,15 @@ def stream(root: int, *key):
 
 
 def seed_of(root: int, *key) -> int:
-    """A 63-bit integer seed for sub-stream ``key``, for APIs that take an int (``torch.manual_seed``).
-    An API that takes only 32-bit seeds (scikit-learn's ``random_state``) gets
-    ``int(stream(root, *key).integers(2**32))``."""
+    """A 63-bit integer seed for sub-stream ``key``, for APIs that take an int (``torch.manual_seed``);
+    :func:`seed32` for those that take only 32-bit ones."""
     return int(sequence(root, *key).generate_state(1, dtype="uint64")[0] >> 1)
+
+
+def seed32(root: int, *key) -> int:
+    """A 32-bit integer seed drawn from sub-stream ``key``, for APIs that refuse larger ones
+    (scikit-learn's ``random_state``)."""
+    return int(stream(root, *key).integers(2**32))
 
 
 def seed_torch(root: int, *key) -> None:

@@ -8,6 +8,7 @@ import torch
 
 from lib import metadata as M
 from lib import pcfg
+from lib.seeding import seed32
 from lib.seeding import torch_generator
 
 
@@ -21,7 +22,7 @@ def test_the_grammar_and_the_probe_seed_follow_their_streams():
     assert pcfg.random_grammar(**kw, root=3) == pcfg.random_grammar(**kw, root=3, index=0)
     assert pcfg.random_grammar(**kw, root=3) != pcfg.random_grammar(**kw, root=4)
     assert pcfg.random_grammar(**kw, root=3) != pcfg.random_grammar(**kw, root=3, index=1)
-    seeds = {M.probe_seed(root, "probe", k) for root in range(3) for k in range(50)}
+    seeds = {seed32(root, "probe", k) for root in range(3) for k in range(50)}
     assert len(seeds) == 150 and all(0 <= s < 2**32 for s in seeds)  # what scikit-learn accepts
 
 
@@ -225,6 +226,6 @@ def test_train_point_matches_the_steps_it_bundles(grammar):
     assert hist.steps == r["hist"].steps
     tr, te = splits[2]
     np.testing.assert_array_equal(r["probes"][0][0], M.probe(hidden, eval_set[1][:, 0], 2, tr, te,
-                                                             random_state=M.probe_seed(4, "probe", 1, 7, 0, 2)))
+                                                             random_state=seed32(4, "probe", 1, 7, 0, 2)))
     out = M.continuations(model, grammar, prompts, torch_generator(4, "continuations", 1, 7))
     np.testing.assert_array_equal(r["grammatical_true"], M.grammatical(grammar, out, eval_set[1][:4])[0])
