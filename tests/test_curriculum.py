@@ -467,3 +467,56 @@ def test_test_accuracy_scores_a_tied_depth_as_no_choice():
     untrained = right.copy()
     untrained[0] = 0.0  # depth 1 tied: its argmax would be index 0, the target's, by accident
     assert C.test_accuracy(tree, untrained, x) == 0.0
+
+
+# -- the gradient's signal-to-noise criterion ------------------------------------------------------
+@pytest.mark.parametrize("tree", [C.parity(3, 2, blocked=True), C.parity(4, 1, blocked=True),
+                                  C.mod_chain(3, 2, p=5, a=2)])
+def test_gradient_snr_theory_brute_force(tree):
+    """Enumerate every path and input: the per-rollout REINFORCE gradient at uniform logits has
+    tr Cov / ‖E g‖² equal to the closed form μ d^{2k}/(1−q)² − 1."""
+    xs = np.array(list(product(range(tree.p), repeat=int(np.prod(tree.input_shape)))))
+    xs = xs.reshape(-1, *tree.input_shape)
+    paths = all_paths(tree)
+    logits = np.zeros((tree.k, tree.d))
+    mean, second = np.zeros((tree.k, tree.d)), 0.0
+    for p in paths:
+        r = tree.terminal_reward(xs, np.broadcast_to(p, (len(xs), tree.k))).astype(float)
+        g = C.reinforce_gradient(logits, np.broadcast_to(p, (len(xs), 1, tree.k)), r[:, None])
+        mean += g.mean(axis=0) / len(paths)
+        second += (g**2).sum(axis=(1, 2)).mean() / len(paths)
+    signal = (mean**2).sum()
+    assert (second - signal) / signal == pytest.approx(C.gradient_snr_theory(tree.d, tree.k, tree.q), rel=1e-12)
+
+
+def test_gradient_snr_theory_hand_case():
+    # d = 2, one depth, q = 1/2: μ = 3/4, n_SNR = (3/4)·4/(1/4) − 1 = 11
+    assert C.gradient_snr_theory(2, 1, 0.5) == pytest.approx(11.0)
+    # no reward hacking: μ = d^-D, n_SNR = d^D − 1
+    assert C.gradient_snr_theory(5, 2, 0.0) == pytest.approx(24.0)
+    with pytest.raises(ValueError):
+        C.gradient_snr_theory(4, 2, 1.0)
+
+
+def test_gradient_snr_sample_matches_literal_gradients_and_theory():
+    """The sampler's one-step gradients have the literal protocol's mean and noise (blocked parity,
+    every rollout and input simulated), and its estimate is unbiased for the closed form."""
+    rng = np.random.default_rng(5)
+    tree, n, reps = C.parity(3, 2, blocked=True), 40, 4000
+    paths = rng.integers(0, tree.d, size=(reps, n, tree.k))
+    x = tree.sample_inputs(rng, (reps, n))
+    r = tree.terminal_reward(x, paths).astype(float)
+    G = C.reinforce_gradient(np.zeros((tree.k, tree.d)), paths, r).reshape(reps, -1)
+    g_bar = G.mean(axis=0)
+    T_lit = ((G - g_bar) ** 2).sum() / (reps - 1)
+    fast = C.gradient_snr_sample(tree.d, tree.k, tree.q, n, reps, rng)
+    th = C.gradient_snr_theory(tree.d, tree.k, tree.q)
+    signal = 2 * (1 - tree.q) ** 2 * tree.d**-4 * (1 - 1 / tree.d)
+    assert fast["noise"] == pytest.approx(T_lit, rel=0.05)
+    assert fast["noise"] == pytest.approx(signal * th / n, rel=0.05)
+    assert fast["signal"] == pytest.approx(signal, rel=0.15)
+    est = [C.snr_point(3, 8, s, q=0.5, repeats=1000)["n_snr"] for s in range(8)]
+    assert np.mean(est) == pytest.approx(C.gradient_snr_theory(8, 3, 0.5), rel=0.03)
+    assert C.snr_point(3, 8, 0, q=0.5, repeats=1000) == C.snr_point(3, 8, 0, q=0.5, repeats=1000)
+    with pytest.raises(ValueError):
+        C.gradient_snr_sample(4, 1, 0.5, 10, 1, rng)

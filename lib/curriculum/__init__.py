@@ -32,12 +32,13 @@ curriculum: the first ``k-ℓ`` steps are given, the terminal oracle judges the 
 """
 
 from lib.curriculum.one_step import (LEARNED, curriculum_fast, curriculum_literal,
-                                     curriculum_theory, n_grid, n_star, n_star_asymptotic,
+                                     curriculum_theory, gradient_snr_sample, gradient_snr_theory, n_grid,
+                                     n_star, n_star_asymptotic,
                                      n_star_theory, onestep_fast, onestep_literal, onestep_theory,
                                      sampler_check, slope_fit, slope_half_width, stage_setup, two_proportion_p,
                                      two_proportion_z)
 from lib.curriculum.experiments import (ORACLE_Q, best_of_n_vs_ltar, n_star_point, onestep_count,
-                                        oracle_tree, sampler_cell, solve_point, stack_runs, stream,
+                                        oracle_tree, sampler_cell, snr_point, solve_point, stack_runs, stream,
                                         sweep_n_star, train_point)
 from lib.curriculum.policy import greedy, reinforce_gradient, sample_paths
 from lib.curriculum.inference import (best_of_n, ltar, mean_test_z, rejection_cost,
@@ -52,12 +53,12 @@ from lib.stats import loglog_slope
 
 __all__ = ["LEARNED", "ORACLE_Q", "ROUTES", "PositionalTransformer", "ReasoningTree", "base_success",
            "best_of_n", "best_of_n_vs_ltar", "fisher_greater_p", "fisher_power", "compare_transformer",
-           "correct_paths", "curriculum_fast",
+           "correct_paths", "curriculum_fast", "gradient_snr_sample", "gradient_snr_theory",
            "curriculum_literal", "curriculum_theory", "greedy", "hacking_fraction",
            "judged_correct_probability", "loglog_slope", "ltar", "martingale_p", "mean_test_z", "mod_chain", "n_grid",
            "n_star", "n_star_point", "onestep_count", "oracle_tree",
            "n_star_asymptotic", "n_star_theory", "onestep_fast", "onestep_literal",
-           "onestep_theory", "parity", "reinforce_gradient", "rejection_cost", "sample_paths",
+           "onestep_theory", "parity", "reinforce_gradient", "rejection_cost", "sample_paths", "snr_point",
            "sampler_cell", "sampler_check", "samples_to_solve", "slope_fit", "slope_half_width",
            "solve_point", "solve_time", "stack_runs", "stage_setup", "stream",
            "sweep_n_star", "test_accuracy", "test_time_theory", "train", "train_point",

@@ -9,12 +9,13 @@ order, or where.
 
 from __future__ import annotations
 
+import math
 from functools import partial
 
 import numpy as np
 
-from lib.curriculum.one_step import (curriculum_fast, n_star, onestep_fast, onestep_literal,
-                                     sampler_check)
+from lib.curriculum.one_step import (curriculum_fast, gradient_snr_sample, gradient_snr_theory, n_star,
+                                     onestep_fast, onestep_literal, sampler_check)
 from lib.curriculum.inference import best_of_n, ltar, test_time_theory
 from lib.curriculum.training import solve_time, train
 from lib.curriculum.tree import ReasoningTree, mod_chain, parity
@@ -85,6 +86,16 @@ def sweep_n_star(ds, ks, q: float, route: str, repeats: int, seeds, n_max: float
     for r in records:
         out[ks.index(r["k"]), ds.index(r["d"]), r["stage"] - 1, seeds.index(r["seed"])] = r["n_star"]
     return {"ds": ds, "ks": ks, "route": route, "n_star": out}
+
+
+def snr_point(depths: int, d: int, seed: int, *, q: float, repeats: int, root: int = 0) -> dict:
+    """One measured gradient signal-to-noise sample size (:func:`gradient_snr_sample`) with
+    ``depths`` uniform depths at width ``d``, from the stream of (depths, d, q, seed); each batch
+    has ``n`` = the theory's ``n_SNR`` rollouts (rounded up), where the estimate is most precise
+    (its expectation does not depend on ``n``)."""
+    rng = stream(root, "snr", depths, d, q, seed)
+    n = max(2, math.ceil(gradient_snr_theory(d, depths, q)))
+    return {"n_snr": gradient_snr_sample(d, depths, q, n, repeats, rng)["n_snr"], "n": n}
 
 
 # -- Monte-Carlo checks of the protocol ----------------------------------------------------------
