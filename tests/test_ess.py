@@ -243,3 +243,93 @@ def test_spearman_gap_bootstrap():
     assert out["gap_low"] > 0 and out["p_a_better"] == 1.0
     swapped = spearman_gap_bootstrap(bad, good, y, np.random.default_rng(1), n_boot=200)
     assert swapped["p_a_better"] == 0.0
+
+
+# -- exact rank and the resolution of fp64 ------------------------------------------------------
+
+
+def test_exact_rank_by_hand_and_against_integer_factors():
+    assert S.exact_rank(np.zeros((3, 4))) == 0
+    assert S.exact_rank(np.array([[0.0, 1.0], [1.0, 0.0]])) == 2          # needs a row swap
+    assert S.exact_rank(np.array([[1.0, 2.0], [2.0, 4.0]])) == 1
+    rng = np.random.default_rng(11)
+    for r in range(0, 6):                       # integer factors: the product is exact in fp64
+        A = rng.integers(-5, 6, size=(9, r)).astype(float)
+        B = rng.integers(-5, 6, size=(r, 7)).astype(float)
+        M_ = A @ B
+        assert S.exact_rank(M_) == np.linalg.matrix_rank(M_)
+    # binary fractions of very different sizes are handled exactly
+    assert S.exact_rank(np.array([[2.0 ** -60, 1.0], [0.0, 2.0 ** 40]])) == 2
+
+
+def test_exact_rank_resolves_what_fp64_cannot():
+    # upper-triangular Toeplitz corner of a convolution whose last tap is small: det = h^7 ≈ 1e−21,
+    # so σ_7/σ_1 is far below eps; NumPy's numerical rank misses one direction, the exact rank not
+    h = np.array([1.0, -0.7, 1.3, 0.4, -1.1, 0.9, 0.5, 0.001])
+    k = len(h)
+    U = np.array([[h[k - 1 - (b - a)] if b >= a else 0.0 for b in range(k - 1)] for a in range(k - 1)])
+    assert np.linalg.matrix_rank(U) < k - 1
+    assert S.exact_rank(U) == k - 1
+    assert S.exact_rank(U[:, :3]) == 3
+
+
+def test_exact_ess_matches_the_formula_for_banded_operators_and_numerical_rank_when_resolved():
+    rng = np.random.default_rng(12)
+    ell = 20
+    Tc = O.convolution_operator(rng, ell, 5, 3)
+    Tc[0, :, :] = np.where(np.subtract.outer(np.arange(ell), np.arange(ell)) == 4, 1e-4, Tc[0])
+    ex = S.exact_ess(Tc)          # channel 0: last tap 1e−4, far below fp64 resolution of σ_4
+    assert np.array_equal(ex, np.broadcast_to(O.generic_ess("conv", ell, k=5), ex.shape))
+    num = S.tolerance_ess(S.hankel_singular_values(Tc))
+    assert num[0].min() >= 0 and np.any(num[0] < ex[0])
+    assert np.array_equal(num[1:], ex[1:])
+    Tw = O.sliding_window_operator(rng, ell, 4, 8, 2)
+    assert np.array_equal(S.exact_ess(Tw), np.broadcast_to(O.generic_ess("swa", ell, window=4), (2, ell)))
+
+
+def test_resolution_margin_by_hand():
+    # H_i of y_i = Σ_{j≤i} u_j has one singular value √(i(ℓ−i)); a rank-1 claim is resolved by a
+    # margin √(i(ℓ−i)) / (√(i(ℓ−i)) · max(i, ℓ−i) · eps) = 1 / (max(i, ℓ−i) · eps)
+    ell = 6
+    sv = S.hankel_singular_values(np.tril(np.ones((ell, ell))))
+    m = S.resolution_margin(sv, 1)
+    i = np.arange(1, ell)
+    assert np.isinf(m[0])
+    assert np.allclose(m[1:], 1 / (np.maximum(i, ell - i) * np.finfo(float).eps))
+    # a direction at 1e−20 relative to σ_1 is unresolved (margin < 1)
+    sv2 = [np.zeros(0), np.array([1.0, 1e-20])]
+    assert S.resolution_margin(sv2, np.array([0, 2]))[1] < 1
+    with pytest.raises(ValueError, match="rank exceeds"):
+        S.resolution_margin(sv2, np.array([0, 3]))
+
+
+# -- delimiters --------------------------------------------------------------------------------
+
+
+def test_delimiter_drops_by_hand():
+    # L = 12, cap 2: positions with min(i, 12−i) > 2 are 3…9; a delimiter at 5 → "after" is 6
+    prof = np.ones((2, 12))
+    prof[0, 6] = 0.25                        # sequence 0 dips right after the delimiter
+    prof[1, 6] = 2.0                         # sequence 1 rises there
+    prof[:, 0] = 100.0                       # capped positions do not count
+    d = M.delimiter_drops(prof, np.array([5]), cap=2)
+    assert np.allclose(d, [0.75, -1.0])
+    with pytest.raises(ValueError, match="delimiter"):
+        M.delimiter_drops(prof, np.array([11]), cap=2)
+
+
+def test_hard_reset_erases_the_state_at_the_delimiter():
+    vocab = T.Vocab(n_keys=4, n_values=4)
+    model = M.MixerLM(M.ModelConfig("gla", 3, d_model=8, vocab_size=vocab.size))
+    tokens, _, delims = T.delimited_mqar(np.random.default_rng(0), 2, 2, 3, 6, vocab, 0.25)
+    reset = M.with_hard_reset(model, vocab.delimiter)
+    assert model.reset_token is None                          # the original is untouched
+    f = reset.operator_factors(torch.from_numpy(tokens))
+    Tm = f["T"]
+    for d in delims:
+        # after the delimiter at d, no output sees an input before d: H_{d+1} has rank ≤ 1
+        assert np.max(np.abs(Tm[:, d + 1:, :d])) < 1e-20 * np.max(np.abs(Tm))
+        ess = S.tolerance_ess(S.hankel_singular_values(Tm))
+        assert np.all(ess[:, d + 1] <= 1)
+    with pytest.raises(ValueError, match="gated"):
+        M.with_hard_reset(M.MixerLM(M.ModelConfig("softmax", 3, d_model=8, vocab_size=vocab.size)), 0)

@@ -48,11 +48,12 @@ from lib.seeding import seed_torch, stream
 from lib.sweep import one_thread
 
 __all__ = ["MODEL_MIXERS", "ModelConfig", "MixerLM", "TrainConfig", "train", "accuracy",
-           "task_ess", "transition_penalty"]
+           "task_ess", "transition_penalty", "with_hard_reset", "delimiter_drops"]
 
 MODEL_MIXERS = ("softmax", "linear", "gla", "ssm", "conv", "swa", "swr")
 FACTORED = ("linear", "gla", "ssm")      # exact diagonal recurrences: (C, B, log_a) factors
 GATED = ("gla", "ssm", "swr")            # mixers with transitions A_t = diag(α_t)
+RESET_LOG_GATE = -60.0                   # log α of a hard reset: e^{−60} ≈ 1e−26, below fp64's eps
 
 
 @dataclass(frozen=True)
@@ -109,13 +110,21 @@ class MixerLM(nn.Module):
             q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
         return q, k, v
 
-    def log_gates(self, x: torch.Tensor) -> torch.Tensor | None:
-        """``log α_t`` (B, L, d_k) for the gated mixers (GLA, SSM, SWR), None otherwise."""
+    reset_token: int | None = None     # a hard reset (α = e^{−RESET_LOG_GATE}) on this token
+
+    def log_gates(self, x: torch.Tensor, tokens: torch.Tensor | None = None) -> torch.Tensor | None:
+        """``log α_t`` (B, L, d_k) for the gated mixers (GLA, SSM, SWR), None otherwise. With
+        ``reset_token`` set (:func:`with_hard_reset`) and ``tokens`` given, the gates on that
+        token are replaced by ``exp(RESET_LOG_GATE)``: the state is erased there."""
         if self.cfg.mixer in ("gla", "swr"):
-            return F.logsigmoid(self.W_g(x))
-        if self.cfg.mixer == "ssm":
-            return -F.softplus(self.W_dt(x)) * torch.exp(self.A_log)
-        return None
+            log_a = F.logsigmoid(self.W_g(x))
+        elif self.cfg.mixer == "ssm":
+            log_a = -F.softplus(self.W_dt(x)) * torch.exp(self.A_log)
+        else:
+            return None
+        if self.reset_token is not None and tokens is not None:
+            log_a = log_a.masked_fill((tokens == self.reset_token)[..., None], RESET_LOG_GATE)
+        return log_a
 
     def _mask(self, L: int, device) -> torch.Tensor:
         """Which (r, j) the mixer connects: causal, and for SWA / SWR their windows."""
@@ -148,7 +157,7 @@ class MixerLM(nn.Module):
     def forward(self, tokens: torch.Tensor, return_gates: bool = False):
         x = self.embed(tokens)
         q, k, v = self._qkv(x)
-        log_a = self.log_gates(x)
+        log_a = self.log_gates(x, tokens)
         y = self._operator(q, k, log_a) @ v
         logits = self.W_o(self.norm(y) + x)
         return (logits, log_a) if return_gates else logits
@@ -160,12 +169,23 @@ class MixerLM(nn.Module):
         m = copy.deepcopy(self).double()
         x = m.embed(tokens)
         q, k, _ = m._qkv(x)
-        log_a = m.log_gates(x)
+        log_a = m.log_gates(x, tokens)
         out = {"T": m._operator(q, k, log_a).numpy()}
         if self.cfg.mixer in FACTORED:
             out.update(C=q.numpy(), B=k.numpy(),
                        log_a=np.zeros_like(q.numpy()) if log_a is None else log_a.numpy())
         return out
+
+
+def with_hard_reset(model: MixerLM, token: int) -> MixerLM:
+    """A copy of a gated ``model`` whose gates on ``token`` are ``exp(RESET_LOG_GATE)`` ≈ 1e−26:
+    reading that token erases the state, so the positions after it see the past only through
+    the token itself (a positive control for a reset)."""
+    if model.cfg.mixer not in GATED:
+        raise ValueError(f"a hard reset needs a gated mixer {GATED}, got {model.cfg.mixer!r}")
+    m = copy.deepcopy(model)
+    m.reset_token = int(token)
+    return m
 
 
 def transition_penalty(log_a: torch.Tensor | None) -> torch.Tensor:
@@ -314,40 +334,59 @@ def run_mqar(mixer: str, d_k: int, n_pairs: int, seed: int, *, root: int, study:
     return out
 
 
+def delimiter_drops(profile: np.ndarray, delimiters: np.ndarray, cap: int) -> np.ndarray:
+    """Per sequence, the mean of an ESS ``profile`` (B, L) "elsewhere" minus its mean right after
+    the delimiters (positions ``d+1``: the state that has just read a delimiter); "elsewhere" is
+    every other position where the block shape does not itself cap the rank
+    (``min(i, L−i) > cap``). Positive: ESS drops after a delimiter. Returns shape (B,)."""
+    profile = np.asarray(profile, dtype=float)
+    L = profile.shape[-1]
+    i = np.arange(L)
+    after = np.asarray(delimiters) + 1
+    if after.size == 0 or after.max() >= L:
+        raise ValueError("need at least one delimiter before the last position")
+    others = np.setdiff1d(i[np.minimum(i, L - i) > cap], after)
+    if others.size == 0:
+        raise ValueError(f"no position with min(i, L−i) > {cap} besides the delimiters")
+    return profile[..., others].mean(axis=-1) - profile[..., after].mean(axis=-1)
+
+
 def run_delimited(d_k: int, n_pairs: int, seed: int, *, root: int, delimited: bool, n_segments: int = 3,
                   segment_length: int = 16, n_keys: int = 8, p_absent: float = 0.25,
                   steps: int = 400, batch: int = 32, lr: float = 3e-3, d_model: int = 48,
-                  n_eval: int = 256, n_ess: int = 16, tau: float = 1e-2) -> dict:
-    """Train a GLA model on the delimited task (``delimited=True``) or on single segments of the
-    same task (no delimiter ever seen), replicate ``seed`` under the chapter seed ``root``: both
-    arms of a replicate start from the same weights and are measured on the same delimited test
-    sequences; their training batches are keyed by the task they train on. Measured: accuracy, the
-    ESS profile over positions (tolerance ``tau``, mean over sequences), the mean gate, the ESS
-    right after each delimiter (position ``d+1``: the state that has just read the delimiter)
-    and the mean ESS elsewhere — at the other positions where the block shape does not cap the
-    rank (``min(i, ℓ−i) > d_k``); ``entropy_after`` / ``entropy_elsewhere`` likewise for the
-    entropy-ESS."""
+                  n_eval: int = 256, n_ess: int = 32, tau: float = 1e-2) -> dict:
+    """Train a GLA model on the delimited task (``delimited=True``: ``n_segments`` segments of
+    ``segment_length`` tokens joined by delimiters, ``L`` tokens in all) or, as the length-matched
+    control, on single segments of the same length ``L`` (one set of ``n_pairs`` bindings held over
+    the whole sequence; no delimiter ever seen), replicate ``seed`` under the chapter seed ``root``.
+    Both arms of a replicate start from the same weights, train on ``L``-token sequences and are
+    measured on the same delimited test sequences of length ``L``; their training batches are keyed
+    by the task they train on. Measured: accuracy; the tolerance-ESS (``tau``) and entropy-ESS
+    profiles over positions (mean over ``n_ess`` sequences), the mean gate; per test sequence the
+    drop after delimiters (:func:`delimiter_drops`, cap ``d_k``) of the tolerance-ESS
+    (``ess_drops``) and of the entropy-ESS (``entropy_drops``); and ``reset_entropy_drops``, the
+    entropy drops of the same model with a hard reset on the delimiter (:func:`with_hard_reset`,
+    the positive control)."""
     vocab = Vocab(n_keys=n_keys)
     cfg = ModelConfig("gla", d_k, d_model=d_model, vocab_size=vocab.size)
-    tc = TrainConfig(n_pairs=n_pairs, steps=steps, batch=batch, lr=lr, length=segment_length,
+    full_length = n_segments * segment_length + n_segments - 1
+    tc = TrainConfig(n_pairs=n_pairs, steps=steps, batch=batch, lr=lr,
+                     length=segment_length if delimited else full_length,
                      n_segments=n_segments if delimited else 1, p_absent=p_absent, vocab=vocab)
     model, _ = train(cfg, tc, root=root, init=("delimited", "init", d_k, n_pairs, seed),
-                     batches=("delimited", "batches", tc.n_segments, n_pairs, seed))
+                     batches=("delimited", "batches", tc.n_segments, tc.length, n_pairs, seed))
     tokens, targets, delims = delimited_mqar(stream(root, "delimited", "test", n_segments, n_pairs, seed),
                                              n_eval, n_pairs, n_segments, segment_length, vocab, p_absent)
     prof = task_ess(model, tokens[:n_ess], taus=(tau,))
-    ess = prof[f"tol={tau:g}"].mean(axis=0)
-    L = len(ess)
-    i = np.arange(L)
-    after = delims + 1
-    others = np.setdiff1d(i[np.minimum(i, L - i) > d_k], after)
+    reset = task_ess(with_hard_reset(model, vocab.delimiter), tokens[:n_ess], taus=(tau,))
     with torch.no_grad():
         _, log_a = model(torch.from_numpy(tokens[:n_ess]), return_gates=True)
-    gate = torch.exp(log_a).mean(dim=(0, 2)).numpy()
-    entropy = prof["entropy"].mean(axis=0)
-    return {"accuracy": accuracy(model, tokens, targets), "ess_profile": ess,
-            "entropy_profile": entropy, "gate_profile": gate,
-            "delimiters": delims, "ess_after": float(ess[after].mean()),
-            "ess_elsewhere": float(ess[others].mean()),
-            "entropy_after": float(entropy[after].mean()),
-            "entropy_elsewhere": float(entropy[others].mean())}
+    tol = prof[f"tol={tau:g}"]
+    return {"accuracy": accuracy(model, tokens, targets), "train_length": tc.length * tc.n_segments
+            + tc.n_segments - 1, "eval_length": int(tokens.shape[1]),
+            "ess_profile": tol.mean(axis=0), "entropy_profile": prof["entropy"].mean(axis=0),
+            "reset_entropy_profile": reset["entropy"].mean(axis=0),
+            "gate_profile": torch.exp(log_a).mean(dim=(0, 2)).numpy(), "delimiters": delims,
+            "ess_drops": delimiter_drops(tol, delims, d_k),
+            "entropy_drops": delimiter_drops(prof["entropy"], delims, d_k),
+            "reset_entropy_drops": delimiter_drops(reset["entropy"], delims, d_k)}

@@ -16,6 +16,19 @@ Two ways to count, both computed here from the singular values ``σ_1 ≥ σ_2 �
 * entropy-ESS: ``exp(−Σ p_m log p_m)`` with ``p_m = σ_m / Σ σ`` (singular values below the
   numerical-rank threshold count as zero, so entropy-ESS never exceeds the numerical rank).
 
+The fp64 numerical rank resolves a direction only if its singular value exceeds the SVD's
+rounding error, about ``eps · σ_1`` (``eps = 2.2e−16``). A draw close to the non-generic set can
+have a true rank-``r`` block whose ``σ_r / σ_1`` lies below that: a convolution's Hankel block
+is a triangular corner with the last filter tap ``h_{k−1}`` on its diagonal, so
+``σ_1 ⋯ σ_{k−1} = |h_{k−1}|^{k−1}`` and a last tap of 0.004 puts ``σ_{k−1} / σ_1`` near 1e−17.
+No tolerance on the fp64 singular values can resolve such a direction.
+:func:`resolution_margin` measures how far a block's ``r``-th singular value lies above the
+rounding threshold (below 1: unresolvable in fp64). Where the stored entries *are* the
+operator — banded operators whose zeros are structural, such as convolutions and sliding-window
+attention, whose entries are either exact zeros or the computed weights themselves —
+:func:`exact_rank` decides the rank of the stored block exactly, by fraction-free elimination on
+the binary fractions that fp64 numbers are (:func:`exact_ess` per position).
+
 Every array here is fp64 and batched over leading dimensions: ``T`` has shape ``(..., ℓ, ℓ)``
 and the per-position results ``(..., ℓ)`` (``ESS_0 = 0``: nothing lies in the past).
 
@@ -34,7 +47,8 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["hankel_singular_values", "factored_singular_values", "factored_operator",
-           "tolerance_ess", "entropy_ess", "ess_profile"]
+           "tolerance_ess", "entropy_ess", "ess_profile", "exact_rank", "exact_ess",
+           "resolution_margin"]
 
 
 def _check_square(T: np.ndarray) -> np.ndarray:
@@ -165,4 +179,77 @@ def ess_profile(svals: list[np.ndarray], taus=(None, 1e-6, 1e-3, 1e-2)) -> dict[
     (key ``"entropy"``), each ``(..., ℓ)``."""
     out = {("tol=exact" if t is None else f"tol={t:g}"): tolerance_ess(svals, t) for t in taus}
     out["entropy"] = entropy_ess(svals)
+    return out
+
+
+def exact_rank(M: np.ndarray) -> int:
+    """The exact rank of a real matrix whose fp64 entries are taken as the exact binary
+    fractions they are: every entry is scaled to an integer by one common power of two and the
+    rank is found by fraction-free (Bareiss) Gaussian elimination on Python integers, so no
+    rounding occurs. Rows and columns that are entirely zero are dropped first; cost is cubic in
+    the size of what is left, so use it on small (or sparse, banded) blocks."""
+    M = np.asarray(M, dtype=np.float64)
+    if M.ndim != 2:
+        raise ValueError(f"expected a matrix, got shape {M.shape}")
+    if not np.all(np.isfinite(M)):
+        raise ValueError("exact_rank needs finite entries")
+    M = M[np.any(M != 0, axis=1)][:, np.any(M != 0, axis=0)]
+    if M.size == 0:
+        return 0
+    ratios = [[float(x).as_integer_ratio() for x in row] for row in M]
+    shift = max(d.bit_length() - 1 for row in ratios for _, d in row)   # denominators: powers of 2
+    A = [[n << (shift - (d.bit_length() - 1)) for n, d in row] for row in ratios]
+    rows, cols = len(A), len(A[0])
+    rank, prev = 0, 1
+    for c in range(cols):
+        pivot = next((r for r in range(rank, rows) if A[r][c] != 0), None)
+        if pivot is None:
+            continue
+        A[rank], A[pivot] = A[pivot], A[rank]
+        p = A[rank][c]
+        for r in range(rank + 1, rows):
+            a = A[r][c]
+            A[r] = [(p * A[r][j] - a * A[rank][j]) // prev for j in range(cols)]
+        prev = p
+        rank += 1
+        if rank == rows:
+            break
+    return rank
+
+
+def exact_ess(T: np.ndarray) -> np.ndarray:
+    """``rank H_i`` of every position, decided exactly (:func:`exact_rank`) on the stored
+    operator ``T`` of shape ``(..., ℓ, ℓ)``; returns ``(..., ℓ)``. Meaningful where the stored
+    entries are the operator (structural zeros exact), e.g. convolutions and windowed
+    attention; for operators formed by rounded products (``C Bᵀ``) the stored block is
+    generically of full rank and the numerical rank is the right count."""
+    T = _check_square(T)
+    ell = T.shape[-1]
+    flat = T.reshape(-1, ell, ell)
+    out = np.zeros((flat.shape[0], ell))
+    for b in range(flat.shape[0]):
+        for i in range(1, ell):
+            out[b, i] = exact_rank(flat[b, i:, :i])
+    return out.reshape(T.shape[:-2] + (ell,))
+
+
+def resolution_margin(svals: list[np.ndarray], rank: np.ndarray) -> np.ndarray:
+    """How far the ``rank``-th singular value of each block lies above the fp64 rounding
+    threshold ``σ_1 · max(ℓ−i, i) · eps`` (NumPy's numerical-rank threshold): ``σ_r / threshold``
+    per position, shape ``(..., ℓ)`` (``inf`` where ``rank`` is 0). Below 1 the numerical rank
+    cannot see the ``r``-th direction whatever the tolerance; ``rank`` broadcasts against
+    ``(..., ℓ)``."""
+    ell = len(svals)
+    batch = svals[0].shape[:-1]
+    rank = np.broadcast_to(np.asarray(rank), batch + (ell,)).astype(int)
+    out = np.full(batch + (ell,), np.inf)
+    for i, s in enumerate(svals):
+        r = rank[..., i]
+        if not s.shape[-1] or not np.any(r > 0):
+            continue
+        if np.any(r > s.shape[-1]):
+            raise ValueError(f"rank exceeds the block size at position {i}")
+        thr = _rank_threshold(s, i, ell)[..., 0]
+        sr = np.take_along_axis(s, np.maximum(r - 1, 0)[..., None], axis=-1)[..., 0]
+        out[..., i] = np.where(r > 0, sr / np.where(thr > 0, thr, np.finfo(float).tiny), np.inf)
     return out
