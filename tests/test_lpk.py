@@ -302,3 +302,57 @@ def test_kendall_tools_against_brute_force():
     txy, txz, tyz = 0.6, 0.8, 0.4
     assert L.partial_kendall(x, y, z) == pytest.approx((txy - txz * tyz) / math.sqrt((1 - txz**2) * (1 - tyz**2)))
     assert math.isnan(L.partial_kendall([1, 2, 3], [3, 1, 2], [4, 5, 6]))
+
+
+def test_gradient_and_tangent_is_full_gradient_and_tangent_norms(tiny):
+    p = L.init_params(5, 9, root=6)
+    g, s, tangent = L.gradient_and_tangent(p, tiny.X, tiny.y)
+    g_ref, s_ref = L.full_gradient(p, tiny.X, tiny.y)
+    for k in g:
+        torch.testing.assert_close(g[k], g_ref[k], rtol=1e-12, atol=1e-15)
+    torch.testing.assert_close(s, s_ref, rtol=1e-12, atol=1e-15)
+    torch.testing.assert_close(tangent, L.tangent_sq_norms(p, tiny.X), rtol=1e-12, atol=1e-15)
+
+
+def test_batched_flow_is_the_single_runs_and_its_probe_kernel_the_lpk():
+    """Every member of a batch follows its own single RK4 run (recorded curves and w_T), whoever
+    else is in the batch; probing a member with its own training set gives its LPK K_T(S, S)."""
+    splits = [L.gaussian_mixture(10, d=4, noise=nz, n_test=6, root=3, key=(j,))
+              for j, nz in enumerate((0.0, 0.4, 1.0))]
+    keys = [(j,) for j in range(3)]
+    trajs, KP = L.gradient_flow_batch(splits, 7, T=12.0, step=0.5, root=8, keys=keys,
+                                      probes=[(s.X, s.y) for s in splits])
+    alone, _ = L.gradient_flow_batch(splits[1:2], 7, T=12.0, step=0.5, root=8, keys=keys[1:2])
+    for j, (s, tr) in enumerate(zip(splits, trajs)):
+        ref = L.gradient_flow(s, 7, 12.0, 0.5, method="rk4", root=8, key=keys[j], kernels=True)
+        for name in ("times", "train_loss", "test_loss", "trace_K", "sum_K"):
+            np.testing.assert_allclose(getattr(tr, name), getattr(ref, name), rtol=1e-12, atol=1e-14)
+        for k in ("W", "a"):
+            torch.testing.assert_close(tr.params[k], ref.params[k], rtol=1e-12, atol=1e-14)
+            torch.testing.assert_close(tr.params0[k], ref.params0[k], rtol=0, atol=0)
+        torch.testing.assert_close(KP[j], ref.K, rtol=1e-10, atol=1e-13)
+    np.testing.assert_allclose(alone[0].sum_K, trajs[1].sum_K, rtol=1e-12, atol=1e-14)
+    with pytest.raises(ValueError):
+        L.gradient_flow_batch(splits, 7, T=1.0, step=0.5, root=8, keys=keys[:2])
+
+
+def test_chen2023_bound_against_explicit_loops():
+    """U₁, U₂ and the bound of the 2023 code's formula, written out element by element."""
+    K = np.array([[[2.0, 0.5, 0.1], [0.5, 1.0, 0.2], [0.1, 0.2, 3.0]],
+                  [[1.5, 0.7, 0.0], [0.7, 2.5, 0.4], [0.0, 0.4, 1.0]],
+                  [[2.2, 0.1, 0.3], [0.1, 0.5, 0.2], [0.3, 0.2, 2.0]]])
+    sums = np.array([40.0, 90.0, 10.0])
+    loss = np.array([[0.1, 0.5, 0.2], [0.3, 0.1, 0.2], [0.0, 0.9, 0.4]])
+    out = L.chen2023_bound(K, sums, 5, loss, train_loss=0.25, delta=0.01)
+    B = math.sqrt(90.0) / 5
+    trace = max(np.trace(K[j]) for j in range(3))           # 5.5, 5.0, 4.7
+    spread = sum((max(K[j][a, b] for j in range(3)) - min(K[j][a, b] for j in range(3))) / 2
+                 for a in range(3) for b in range(3) if a != b)
+    u1 = B * math.sqrt(trace + spread) / 3
+    u2 = max(sum(abs(loss[j][i] - loss[l][i]) for i in range(3)) for j in range(3) for l in range(3)) / 3
+    conf = 3 * math.sqrt(math.log(2 / 0.01) / (2 * 3))
+    assert trace == 6.0 and spread == pytest.approx(2 * (0.3 + 0.15 + 0.1))
+    assert out["U1"] == pytest.approx(u1, rel=1e-14) and out["U2"] == pytest.approx(u2, rel=1e-14)
+    assert out["bound"] == pytest.approx(0.25 + 2 * min(u1, u2) + conf, rel=1e-14)
+    with pytest.raises(ValueError):
+        L.chen2023_bound(K[:1], sums[:1], 5, loss[:1], train_loss=0.0)

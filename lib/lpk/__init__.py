@@ -16,23 +16,27 @@ identity ℓ(w_T, z) = ℓ(w_0, z) − (1/n) Σ_i K_T(z, z_i).
 - :mod:`.network`: the network, its loss, per-sample gradients and line derivatives (closed form
   beside the torch.func reference).
 - :mod:`.flow`: gradient flow (RK4) and gradient descent (Euler) with the kernels accumulated.
-- :mod:`.bounds`: the kernel-machine identity, the Taylor report, the LPK and static bounds.
+- :mod:`.batch`: RK4 gradient flow of several same-shaped runs at once, with the LPK of probe points.
+- :mod:`.bounds`: the kernel-machine identity, the Taylor report, the LPK and static bounds, and
+  the 2023 predecessor's computable bound.
 - :mod:`.ranks`: Kendall and Spearman rank correlations, the exact within-level Kendall test.
 - :mod:`.experiments`: one sweep point (:func:`run`) and the chapter's grids (:func:`run_sweeps`).
 """
 
-from lib.lpk.bounds import (bound_report, confidence_term, identity_error, kernel_machine, lpk_bound_over_time,
-                            lpk_complexity, taylor_report)
+from lib.lpk.batch import gradient_flow_batch
+from lib.lpk.bounds import (bound_report, chen2023_bound, confidence_term, identity_error, kernel_machine,
+                            lpk_bound_over_time, lpk_complexity, taylor_report)
 from lib.lpk.data import digits_1v7, gaussian_mixture
 from lib.lpk.experiments import run, run_sweeps
 from lib.lpk.flow import Trajectory, brute_force_lpk, gradient_flow
 from lib.lpk.network import (DTYPE, directional_derivatives, directional_derivatives_torch_func, forward,
-                             full_gradient, init_params, logistic_slope, loss_grad_gram, losses,
-                             per_sample_grads, tangent_sq_norms)
+                             full_gradient, gradient_and_tangent, init_params, logistic_slope, loss_grad_gram,
+                             losses, per_sample_grads, tangent_sq_norms)
 from lib.lpk.ranks import (kendall_s, kendall_s_null, kendall_tau, partial_kendall, spearman_rho,
                            stratified_kendall)
 
-__all__ = ["bound_report", "confidence_term", "identity_error", "kernel_machine", "lpk_bound_over_time",
+__all__ = ["gradient_flow_batch", "chen2023_bound", "gradient_and_tangent", "bound_report", "confidence_term",
+           "identity_error", "kernel_machine", "lpk_bound_over_time",
            "lpk_complexity", "taylor_report", "digits_1v7", "gaussian_mixture", "run", "run_sweeps",
            "Trajectory", "brute_force_lpk", "gradient_flow", "DTYPE", "directional_derivatives",
            "directional_derivatives_torch_func", "forward", "full_gradient", "init_params", "logistic_slope",

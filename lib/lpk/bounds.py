@@ -137,6 +137,39 @@ def bound_report(traj: Trajectory, split: Split, loss_cap: float = 3.0, delta: f
         confidence=confidence_term(n, delta, loss_cap), loss_cap=loss_cap)
 
 
+def chen2023_bound(K_SS: np.ndarray, sum_K_train: np.ndarray, n_train: int, loss_S: np.ndarray,
+                   train_loss: float, delta: float = 0.01) -> dict:
+    """The computable bound of the 2023 predecessor (Chen, Huang, Wang, Loh, Srivastava, Nguyen, Weng,
+    NeurIPS 2023, Corollary 1), exactly as its public code (``cal_bound.py``) computes it.
+
+    The loss class is {ℓ(w_T(S′), ·)}: the networks that gradient flow from one fixed w_0 reaches on
+    training sets S′; its Rademacher complexity is taken on one fixed sample S of size N, and the
+    supremum over S′ is replaced by a maximum over k sampled training sets S′_1..S′_k (S′_1 = S).
+    Inputs, one row per S′_j: ``K_SS[j]`` = K_T(S, S; S′_j) (N × N), ``sum_K_train[j]`` =
+    1ᵀK_T(S′_j, S′_j; S′_j)1 (training sets of size ``n_train``), ``loss_S[j]`` = the kernel
+    machine's loss ℓ(w_0, z) − (1/n) Σ_i K_T(z, z′_i; S′_j) at every z in S; ``train_loss`` is the
+    training loss of the network trained on S. With B = max_j √(1ᵀK1)/n_train,
+
+        U₁ = B √(max_j Tr K_SS[j] + Σ_{a≠b} (max_j K_SS[j]_ab − min_j K_SS[j]_ab)/2) / N,
+        U₂ = max_{j<l} ‖loss_S[j] − loss_S[l]‖₁ / N,
+
+    and the bound on the population loss is train_loss + 2 min(U₁, U₂) + 3√(log(2/δ)/(2N)) (the
+    confidence term of a loss with values in [0, 1], as the code has it)."""
+    K_SS, loss_S = np.asarray(K_SS, dtype=float), np.asarray(loss_S, dtype=float)
+    k, N = loss_S.shape
+    if K_SS.shape != (k, N, N) or len(sum_K_train) != k or k < 2:
+        raise ValueError("need k ≥ 2 training sets, K_SS of shape (k, N, N) and one loss row per set")
+    B = float(np.sqrt(np.max(sum_K_train))) / n_train
+    trace = float(np.max(np.trace(K_SS, axis1=1, axis2=2)))
+    half = (K_SS.max(axis=0) - K_SS.min(axis=0)) / 2
+    spread = float(half.sum() - np.trace(half))
+    u1 = B * math.sqrt(trace + spread) / N
+    u2 = max(float(np.abs(loss_S[j] - loss_S[l]).sum()) for j in range(k) for l in range(j + 1, k)) / N
+    conf = confidence_term(N, delta, 1.0)
+    return {"U1": u1, "U2": u2, "B": B, "trace": trace, "spread": spread, "confidence": conf,
+            "complexity": 2 * min(u1, u2), "bound": float(train_loss) + 2 * min(u1, u2) + conf}
+
+
 def lpk_bound_over_time(traj: Trajectory, split: Split) -> np.ndarray:
     """The LPK complexity term (2/n²)√(1ᵀK_t1 · Tr K_t) at every recorded time t (the confidence
     term, constant in t, is added separately)."""

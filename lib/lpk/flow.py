@@ -16,8 +16,8 @@ import numpy as np
 import torch
 
 from lib.lpk.data import Split
-from lib.lpk.network import (DTYPE, Params, directional_derivatives, full_gradient, init_params,
-                             loss_grad_gram, losses, per_sample_grads, tangent_sq_norms)
+from lib.lpk.network import (DTYPE, Params, directional_derivatives, gradient_and_tangent, init_params,
+                             loss_grad_gram, losses, per_sample_grads)
 from lib.sweep import one_thread
 
 
@@ -44,10 +44,10 @@ def _rates(p: Params, split: Split, beta: float, kernels: bool, brute_trace: boo
     """Right-hand side of the augmented ODE at w: −∇L_S, and the integrands of Tr K, 1ᵀK1,
     (when ``kernels``) of K and K_test, and (when ``brute_trace``) of Tr K again, from
     torch.func per-sample gradients instead of the closed form."""
-    g, s = full_gradient(p, split.X, split.y, beta)
+    g, s, tangent = gradient_and_tangent(p, split.X, split.y, beta)
     n = split.n
     rate = {"W": -g["W"], "a": -g["a"]}
-    tr = float((s ** 2 * tangent_sq_norms(p, split.X, beta)).sum())
+    tr = float((s ** 2 * tangent).sum())
     one = float(n ** 2 * ((g["W"] ** 2).sum() + (g["a"] ** 2).sum()))
     K = Kt = None
     if kernels:

@@ -118,6 +118,19 @@ def full_gradient(params: Params, X: torch.Tensor, y: torch.Tensor, beta: float 
     return {"W": gW, "a": ga}, s * X.shape[0]
 
 
+def gradient_and_tangent(params: Params, X: torch.Tensor, y: torch.Tensor, beta: float = 10.0):
+    """:func:`full_gradient` and :func:`tangent_sq_norms` from one evaluation of the features:
+    ∇L_S(w), the per-sample slopes ℓ'_i and ‖∇_w f(w, x_i)‖² (what one step of gradient flow needs)."""
+    m = params["a"].shape[0]
+    h, d = _features(params, X, beta)
+    a = params["a"]
+    s = logistic_slope(h @ a / math.sqrt(m), y)
+    sn = s / X.shape[0]
+    g = {"W": ((d * a) * sn[:, None]).T @ X / math.sqrt(m), "a": h.T @ sn / math.sqrt(m)}
+    tangent = ((h ** 2).sum(1) + (d ** 2 * a ** 2).sum(1) * (X ** 2).sum(1)) / m
+    return g, s, tangent
+
+
 def directional_derivatives_torch_func(p: Params, direction: Params, X: torch.Tensor,
                                       y: torch.Tensor, order: int = 2,
                                       beta: float = 10.0) -> torch.Tensor:
