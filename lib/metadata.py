@@ -5,17 +5,24 @@ A sequence is ``[BOS] m_0 … m_{D−1} x_0 … x_{n−1} [EOS]`` where the ``D`
 one token per (level, value) — or ``[MASK]`` when the metadata is withheld. The loss counts
 only the terminals and the end of sequence. Position ``t`` of the terminal part (the
 prediction of ``x_t`` from ``x_{<t}``) sits at input index ``D + t``.
+
+The arms a chapter compares are matched in data: every model of a replicate sees the same strings
+each step, a metadata model showing its metadata on half of them (:func:`shown_depths`). The models
+train as one population (:func:`train`, ``torch.func.vmap``), which :func:`bench` times against the
+plain loop.
 """
 
 from __future__ import annotations
 
+import copy
+import math
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from lib.llama import Decoder
+from lib.llama import Block, Decoder, rope
 from lib.pcfg import Grammar, Language, is_grammatical
 from lib.seeding import seed32, seed_torch, stream, torch_generator
 from lib.sweep import one_thread
@@ -73,20 +80,64 @@ def encode(vocab: Vocab, strings, js: np.ndarray, dm) -> tuple[torch.Tensor, tor
     return torch.as_tensor(tokens), torch.as_tensor(targets)
 
 
-def _chunked_loss(model: Decoder, vocab: Vocab, strings, js, dm: int, chunks: int, device: str):
-    """Mean next-token loss of a batch, computed on ``chunks`` length-sorted pieces (each padded
-    only to its own longest string; the result equals the unchunked mean)."""
-    order = np.argsort([len(s) for s in strings], kind="stable")
-    total, count = 0.0, 0
-    for part in np.array_split(order, chunks):
-        if len(part) == 0:
-            continue
-        tokens, targets = encode(vocab, [strings[i] for i in part], js[part], dm)
-        logits = model(tokens.to(device))
-        t = targets.to(device).flatten()
-        total = total + F.cross_entropy(logits.flatten(0, 1), t, ignore_index=IGNORE, reduction="sum")
-        count += int((t != IGNORE).sum())
-    return total / count
+class _MatmulBlock(Block):
+    """:class:`lib.llama.Block` with attention written as matmuls (``torch.func.vmap`` has no batching rule
+    for ``scaled_dot_product_attention``); the same parameters and the same function."""
+
+    def forward(self, x):
+        B, L, D = x.shape
+        q, k, v = self.qkv(self.norm1(x)).view(B, L, 3, self.n_heads, D // self.n_heads).permute(2, 0, 3, 1, 4)
+        q, k = rope(q), rope(k)
+        scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+        causal = torch.ones(L, L, dtype=torch.bool, device=x.device).triu(1)
+        att = scores.masked_fill(causal, float("-inf")).softmax(-1) @ v
+        x = x + self.proj(att.transpose(1, 2).reshape(B, L, D))
+        return x + self.mlp(self.norm2(x))
+
+
+def make_model(vocab: Vocab, d_model: int, n_layers: int, n_heads: int, *, root: int, rep: int,
+               batched: bool = False) -> Decoder:
+    """A :class:`lib.llama.Decoder` initialised from stream ``("model-init", rep)`` of the chapter seed
+    ``root`` (so every metadata depth of a replicate starts from the same weights); ``batched``: its
+    blocks compute attention as matmuls (:class:`_MatmulBlock`, same parameters and outputs) so that it
+    can run under ``vmap``."""
+    seed_torch(root, "model-init", rep)
+    model = Decoder(vocab.size, d_model, n_layers, n_heads)
+    if batched:
+        for block in model.blocks:
+            block.__class__ = _MatmulBlock
+    return model
+
+
+def shown_depths(dm: int, batch: int) -> np.ndarray:
+    """The metadata depth of each sequence of a training batch of a model with metadata depth ``dm``:
+    the first ``batch − batch // 2`` sequences masked, the other ``batch // 2`` with their first
+    ``dm`` levels shown (``dm = 0``: every sequence masked). Every model sees ``batch`` sequences a
+    step, the same strings for every ``dm`` of a replicate."""
+    out = np.zeros(batch, dtype=int)
+    out[batch - batch // 2:] = dm
+    return out
+
+
+def _schedule(steps: int, lr: float, warmup: float) -> tuple[np.ndarray, np.ndarray]:
+    """The learning rate and Adam β₁ of each step under ``torch.optim.lr_scheduler.OneCycleLR``
+    (cosine warm-up over ``warmup`` of the steps, cosine decay, β₁ cycled 0.95 → 0.85 → 0.95)."""
+    opt = torch.optim.AdamW([torch.zeros(1, requires_grad=True)], lr=lr)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=warmup)
+    rates, beta1 = [], []
+    for _ in range(steps):
+        rates.append(opt.param_groups[0]["lr"])
+        beta1.append(opt.param_groups[0]["betas"][0])
+        opt.step()
+        sched.step()
+    return np.asarray(rates), np.asarray(beta1)
+
+
+def _token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross-entropy over the targets that are not IGNORE (vmap-able)."""
+    valid = targets != IGNORE
+    logp = torch.log_softmax(logits, -1).gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+    return -(logp * valid).sum() / valid.sum()
 
 
 @dataclass
@@ -98,54 +149,136 @@ class History:
     losses: dict
 
 
-def train(lang: Language, *, dm: int, steps: int, batch: int, root: int, rep: int = 0,
-          d_model: int = 64, n_layers: int = 2, n_heads: int = 4, lr: float = 3e-3,
-          warmup: float = 0.1, chunks: int = 2, log_every: int = 0, log_set=None, log_dms=(0,),
-          device: str = "cpu"):
-    """Train on fresh samples each step; return the model and its :class:`History`.
-
-    ``root`` is the chapter seed and ``rep`` the replicate index. The initialisation and every
-    step's ``batch`` fully masked sequences come from streams ``("model-init", rep)`` and
-    ``("masked-batches", rep)`` of ``root``, which do not depend on ``dm``: the baseline
-    (``dm = 0``) and every metadata model of the same replicate start from the same weights and
-    see the *same* masked sequences. A metadata model (``dm ≥ 1``) additionally draws ``batch``
-    sequences from stream ``("shown-batches", rep)`` that show their first ``dm`` levels; its
-    loss is the mean over the masked sequences plus the mean over the shown ones (each part
-    weighted as the baseline's whole loss). AdamW with a one-cycle schedule (linear warm-up over
-    ``warmup`` of the steps, cosine decay). ``log_set = (strings, js)`` is evaluated every
-    ``log_every`` steps at each depth in ``log_dms``."""
-    seed_torch(root, "model-init", rep)
-    masked_rng = stream(root, "masked-batches", rep)
-    shown_rng = stream(root, "shown-batches", rep)
+def _batches(lang: Language, members, *, steps: int, batch: int, root: int):
+    """Every step's token and target tensors ``(len(members), batch, L)`` for members ``(rep, dm)``:
+    ``batch`` strings per replicate from stream ``("batches", rep)`` of ``root``, encoded for each
+    member's metadata depth with :func:`shown_depths` and padded to the step's longest sequence."""
     g = lang.grammar
     vocab = Vocab(g.n_terminals, g.depth, g.n_sets)
-    model = Decoder(vocab.size, d_model, n_layers, n_heads).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=warmup)
-    history = History([], {k: [] for k in log_dms})
+    reps = sorted({rep for rep, _ in members})
+    rngs = {rep: stream(root, "batches", rep) for rep in reps}
+    for _ in range(steps):
+        drawn = {rep: lang.sample(batch, rngs[rep]) for rep in reps}
+        pairs = [encode(vocab, *drawn[rep], shown_depths(dm, batch)) for rep, dm in members]
+        L = max(p[0].shape[1] for p in pairs)
+        tokens = torch.full((len(members), batch, L), vocab.eos)
+        targets = torch.full((len(members), batch, L), IGNORE)
+        for i, (tok, tgt) in enumerate(pairs):
+            tokens[i, :, : tok.shape[1]] = tok
+            targets[i, :, : tgt.shape[1]] = tgt
+        yield tokens, targets
 
-    def log(step):
+
+def train(lang: Language, *, dms=(0,), reps=(0,), steps: int, batch: int, root: int, d_model: int = 64,
+          n_layers: int = 2, n_heads: int = 4, lr: float = 3e-3, warmup: float = 0.1, weight_decay: float = 0.01,
+          log_every: int = 0, log_set=None, batched: bool = True, device: str = "cpu"):
+    """Train one model per replicate index in ``reps`` and metadata depth in ``dms`` (chapter seed
+    ``root``) on fresh samples each step; return the models and one :class:`History` each, in the order
+    of the members ``[(rep, dm) for rep in reps for dm in dms]``.
+
+    The models of a replicate start from the same weights (:func:`make_model`) and see the same
+    ``batch`` strings each step (stream ``("batches", rep)``), ``batch // 2`` of them with their first
+    ``dm`` levels shown (:func:`shown_depths`): equal sequences, tokens and steps for every depth, the
+    baseline ``dm = 0`` seeing them all masked. A member's numbers depend only on its own ``(rep, dm)``
+    (up to float rounding: a step pads every member to the longest sequence of any replicate, which
+    changes no output). Loss: the mean over the batch's terminal and EOS tokens. AdamW (weight decay
+    ``weight_decay``) with a one-cycle schedule (:func:`_schedule`).
+
+    ``batched=True`` trains the models as one population (parameters stacked, ``torch.func.vmap`` over
+    ``functional_call``, the AdamW update written out on the stacked tensors); ``batched=False`` trains
+    them one after another with ``torch.optim.AdamW`` and ``OneCycleLR``. Both compute the same models
+    (tested to float tolerance). ``log_set = (strings, js)`` is evaluated every ``log_every`` steps with
+    the metadata masked and with the model's own depth given."""
+    from torch.func import functional_call, stack_module_state, vmap
+
+    g = lang.grammar
+    vocab = Vocab(g.n_terminals, g.depth, g.n_sets)
+    members = [(rep, dm) for rep in reps for dm in dms]
+    models = [make_model(vocab, d_model, n_layers, n_heads, root=root, rep=rep, batched=batched).to(device)
+              for rep, _ in members]
+    histories = [History([], {k: [] for k in sorted({0, dm})}) for _, dm in members]
+
+    def log(step, current):
         if log_every and log_set is not None:
-            history.steps.append(step)
-            for k in log_dms:
-                history.losses[k].append(evaluate(model, g, *log_set, dm=k, device=device)[0])
-            model.train()
+            for model, h in zip(current(), histories):
+                h.steps.append(step)
+                for k in h.losses:
+                    h.losses[k].append(evaluate(model, g, *log_set, dm=k, device=device)[0])
 
-    for step in range(steps):
-        if log_every and step % log_every == 0:
-            log(step)
-        strings, js = lang.sample(batch, masked_rng)
-        loss = _chunked_loss(model, vocab, strings, js, 0, chunks, device)
-        if dm > 0:
-            strings, js = lang.sample(batch, shown_rng)
-            loss = loss + _chunked_loss(model, vocab, strings, js, dm, chunks, device)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        sched.step()
-    log(steps)
-    history.losses = {k: np.stack(v) for k, v in history.losses.items()} if history.steps else {}
-    return model.eval(), history
+    data = _batches(lang, members, steps=steps, batch=batch, root=root)
+    if not batched:
+        opts = [torch.optim.AdamW(m.parameters(), lr=lr, weight_decay=weight_decay) for m in models]
+        scheds = [torch.optim.lr_scheduler.OneCycleLR(o, max_lr=lr, total_steps=steps, pct_start=warmup)
+                  for o in opts]
+        for step, (tokens, targets) in enumerate(data):
+            if log_every and step % log_every == 0:
+                log(step, lambda: models)
+            for i, (model, opt, sched) in enumerate(zip(models, opts, scheds)):
+                model.train()
+                loss = _token_loss(model(tokens[i].to(device)), targets[i].to(device))
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                sched.step()
+        log(steps, lambda: models)
+    else:
+        rates, beta1 = _schedule(steps, lr, warmup)
+        beta2, eps = 0.999, 1e-8
+        params, buffers = stack_module_state(models)
+        params = {k: v.detach().requires_grad_(True) for k, v in params.items()}
+        base = copy.deepcopy(models[0]).to("meta")
+
+        def member_loss(p, b, tokens, targets):
+            return _token_loss(functional_call(base, (p, b), (tokens,)), targets)
+
+        batched_loss = vmap(member_loss)
+        moments = {k: (torch.zeros_like(v), torch.zeros_like(v)) for k, v in params.items()}
+
+        def current():
+            for i, model in enumerate(models):
+                model.load_state_dict({k: v[i].detach() for k, v in {**params, **buffers}.items()})
+            return models
+
+        for step, (tokens, targets) in enumerate(data):
+            if log_every and step % log_every == 0:
+                log(step, current)
+            losses = batched_loss(params, buffers, tokens.to(device), targets.to(device))
+            grads = torch.autograd.grad(losses.sum(), list(params.values()))
+            r, b1, t = float(rates[step]), float(beta1[step]), step + 1
+            with torch.no_grad():
+                for (name, p), grad in zip(params.items(), grads):  # torch.optim.AdamW's update
+                    m, v = moments[name]
+                    p.mul_(1 - r * weight_decay)
+                    m.lerp_(grad, 1 - b1)
+                    v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+                    denom = (v.sqrt() / math.sqrt(1 - beta2 ** t)).add_(eps)
+                    p.addcdiv_(m, denom, value=-r / (1 - b1 ** t))
+        current()
+        log(steps, lambda: models)
+    for model in models:
+        for block in model.blocks:
+            block.__class__ = Block  # scaled_dot_product_attention again, for evaluation
+    for h in histories:
+        h.losses = {k: np.stack(v) for k, v in h.losses.items()} if h.steps else {}
+    return [m.eval() for m in models], histories
+
+
+def bench(lang: Language, *, dms, reps, steps: int, **kw) -> dict:
+    """:func:`train` of the same members for ``steps`` steps one after another and as one population,
+    in this process: both wall times, the speed-up and the largest difference between the two ways'
+    parameters after training (a check that they trained the same models)."""
+    import time
+
+    out = {}
+    for batched in (False, True):
+        start = time.perf_counter()
+        models, _ = train(lang, dms=dms, reps=reps, steps=steps, batched=batched, **kw)
+        out["population_s" if batched else "sequential_s"] = time.perf_counter() - start
+        out["population" if batched else "sequential"] = models
+    diff = max(float((a - b).detach().abs().max()) for ma, mb in zip(out.pop("sequential"), out.pop("population"))
+               for a, b in zip(ma.parameters(), mb.parameters()))
+    return {**out, "speedup": out["sequential_s"] / out["population_s"], "members": len(dms) * len(reps),
+            "steps": steps, "max_parameter_difference": diff}
 
 
 @torch.no_grad()
@@ -236,17 +369,19 @@ def grammatical(grammar: Grammar, strings, js: np.ndarray) -> tuple[np.ndarray, 
     return under_true, under_any
 
 
-def train_point(dm: int, seed: int, *, root: int, grammar: Grammar, eval_set, log_set, log_every: int,
+def train_point(reps, seed: int = 0, *, dms, root: int, grammar: Grammar, eval_set, log_set, log_every: int,
                 probe_splits: dict, prompts, prompt_js: np.ndarray, train_kw: dict, device: str = "cpu") -> dict:
-    """One training run of the chapter and everything measured on its model, as one sweep point
-    (the model itself never leaves it): :func:`train` with metadata depth ``dm``, chapter seed
-    ``root`` and replicate index ``seed``; the per-position losses on ``eval_set = (strings, js)``
-    with the metadata masked and with the first ``dm`` levels given; probe predictions of every
-    level ``d`` at every probed position ``t`` (``probe_splits[t] = (train_idx, test_idx)``), as
-    ``probes[d][k]`` in the order of ``probe_splits`` (scikit-learn seed from :func:`lib.seeding.seed32`
-    with key ``("probe", dm, seed, d, t)``); and the grammaticality of sampled continuations of
-    ``prompts`` (stream ``("continuations", dm, seed)``) under the prompts' true metadata
-    ``prompt_js`` and under some metadata.
+    """One replicate of the chapter and everything measured on its models, as one sweep point (the
+    models never leave it): :func:`train` of one model per replicate index in ``reps`` and metadata
+    depth in ``dms``, as one population (chapter seed ``root``; ``seed`` is the sweep's and unused);
+    for each, under ``runs[i]`` in the order of :func:`train`: the per-position
+    losses on ``eval_set = (strings, js)`` with the metadata masked and with its first ``dm`` levels
+    given; probe predictions of every level ``d`` at every probed position ``t``
+    (``probe_splits[t] = (train_idx, test_idx)``), as ``probes[d][k]`` in the order of
+    ``probe_splits`` (scikit-learn seed from :func:`lib.seeding.seed32` with key
+    ``("probe", dm, rep, d, t)``); and the grammaticality of sampled continuations of ``prompts``
+    (stream ``("continuations", dm, rep)``) under the prompts' true metadata ``prompt_js`` and under
+    some metadata.
 
     Runs on one PyTorch and one BLAS thread wherever it runs (in the chapter, a local process
     or a cluster worker), so its numbers do not depend on where or in what order it ran."""
@@ -254,17 +389,53 @@ def train_point(dm: int, seed: int, *, root: int, grammar: Grammar, eval_set, lo
 
     from lib.pcfg import Language
 
+    runs = []
     with one_thread(), threadpool_limits(1):
         strings, js = eval_set
-        model, hist = train(Language(grammar), dm=dm, root=root, rep=seed, log_every=log_every,
-                            log_set=log_set, log_dms=sorted({0, dm}), device=device, **train_kw)
-        masked, hidden = evaluate(model, grammar, strings, js, dm=0, device=device)
-        given = evaluate(model, grammar, strings, js, dm=dm, device=device)[0] if dm else masked
-        probes = [[probe(hidden, js[:, d], t, tr, te, random_state=seed32(root, "probe", dm, seed, d, t))
-                   for t, (tr, te) in probe_splits.items()]
-                  for d in range(grammar.depth)]
-        out = continuations(model, grammar, prompts, torch_generator(root, "continuations", dm, seed),
-                            device=device)
-        ok_true, ok_any = grammatical(grammar, out, prompt_js)
-    return {"hist": hist, "masked": masked, "given": given, "probes": probes,
-            "grammatical_true": ok_true, "grammatical_any": ok_any}
+        models, hists = train(Language(grammar), dms=dms, reps=reps, root=root, log_every=log_every,
+                              log_set=log_set, device=device, **train_kw)
+        for (rep, dm), model, hist in zip([(r, d) for r in reps for d in dms], models, hists):
+            masked, hidden = evaluate(model, grammar, strings, js, dm=0, device=device)
+            given = evaluate(model, grammar, strings, js, dm=dm, device=device)[0] if dm else masked
+            probes = [[probe(hidden, js[:, d], t, tr, te, random_state=seed32(root, "probe", dm, rep, d, t))
+                       for t, (tr, te) in probe_splits.items()]
+                      for d in range(grammar.depth)]
+            out = continuations(model, grammar, prompts, torch_generator(root, "continuations", dm, rep),
+                                device=device)
+            ok_true, ok_any = grammatical(grammar, out, prompt_js)
+            runs.append({"rep": rep, "dm": dm, "hist": hist, "masked": masked, "given": given, "probes": probes,
+                         "grammatical_true": ok_true, "grammatical_any": ok_any})
+    return {"runs": runs}
+
+
+@dataclass(frozen=True)
+class SeedTest:
+    """A one-sided Student-t test of per-seed (paired) differences, at a false-alarm rate ``alpha``:
+    ``mean``, ``se``, ``t = mean / se``, the critical value ``crit`` (n − 1 degrees of freedom) and
+    ``mde``, the smallest true mean the test detects with probability ``power`` at that rate
+    (``(crit + t_power) · se``, the standard-error scale of this experiment)."""
+
+    mean: float
+    se: float
+    t: float
+    crit: float
+    mde: float
+    n: int
+
+    def above(self) -> bool:  # the mean is significantly > 0
+        return self.t > self.crit
+
+    def below(self) -> bool:  # the mean is significantly < 0
+        return self.t < -self.crit
+
+
+def seed_test(differences, alpha: float, power: float = 0.8) -> SeedTest:
+    """:class:`SeedTest` of per-seed differences (at least two)."""
+    from scipy import stats as st
+
+    d = np.asarray(differences, dtype=float)
+    n = len(d)
+    mean, se = float(d.mean()), float(d.std(ddof=1) / np.sqrt(n))
+    crit = float(st.t.isf(alpha, n - 1))
+    t = mean / se if se > 0 else (0.0 if mean == 0 else np.sign(mean) * np.inf)
+    return SeedTest(mean, se, float(t), crit, (crit + float(st.t.isf(1 - power, n - 1))) * se, n)

@@ -3,8 +3,8 @@
 A grammar has ``depth`` levels of nonterminals; level 0 holds the start symbol, level
 ``depth − 1`` rewrites to terminals. At each level ``d`` a latent ``j_d ∈ {0, …, K−1}`` picks
 which of ``K`` rule sets *every* nonterminal of that level uses in this sample; each rule set
-gives each nonterminal ``n_rules`` equally likely productions whose right-hand sides have 2 or
-3 symbols of the next level. The vector ``j = (j_0, …, j_{D−1})`` is the "metadata".
+gives each nonterminal ``n_rules`` equally likely productions whose right-hand sides have 1 to 3
+symbols of the next level (a length drawn from ``rhs_lengths``). The vector ``j = (j_0, …, j_{D−1})`` is the "metadata".
 
 Exact probabilities come from matrix dynamic programs over span boundaries ``0 … n`` of a string
 ``x``: for every symbol ``A``,

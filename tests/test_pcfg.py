@@ -12,8 +12,10 @@ from lib.seeding import seed32
 from lib.seeding import torch_generator
 
 
-@pytest.fixture(scope="module")
-def grammar():
+@pytest.fixture(scope="module", params=["binary-ternary", "unary"])
+def grammar(request):
+    if request.param == "unary":  # right-hand sides of 1, 2 or 3 symbols, as in the chapter's grammar
+        return pcfg.random_grammar(depth=3, nonterminals=3, terminals=5, root=3, rhs_lengths=(1, 2, 3))
     return pcfg.random_grammar(depth=3, nonterminals=2, terminals=3, root=3)
 
 
@@ -143,13 +145,13 @@ def test_sequence_format():
     assert targets[1].tolist() == [M.IGNORE, M.IGNORE, 2, vocab.eos, M.IGNORE, M.IGNORE]
 
 
-def test_training_is_deterministic_and_learns(grammar):
+def test_training_is_deterministic_and_logs(grammar):
     lang = pcfg.Language(grammar)
     strings, js = lang.sample(64, np.random.default_rng(2))
     torch.set_num_threads(1)
-    m1, hist = M.train(lang, dm=2, steps=25, batch=16, root=0, d_model=32, log_every=10,
-                       log_set=(strings, js), log_dms=(0, 2))
-    m2, _ = M.train(lang, dm=2, steps=25, batch=16, root=0, d_model=32)
+    (m1,), (hist,) = M.train(lang, dms=(2,), steps=25, batch=16, root=0, d_model=32, log_every=10,
+                             log_set=(strings, js))
+    (m2,), _ = M.train(lang, dms=(2,), steps=25, batch=16, root=0, d_model=32)
     l1, h = M.evaluate(m1, grammar, strings, js, dm=2)
     l2, _ = M.evaluate(m2, grammar, strings, js, dm=2)
     assert np.allclose(l1, l2, equal_nan=True) and h.shape[:2] == l1.shape
@@ -157,35 +159,6 @@ def test_training_is_deterministic_and_learns(grammar):
     assert np.allclose(hist.losses[2][-1], l1, equal_nan=True)  # the last entry is the final model
     vocab_size = M.Vocab(grammar.n_terminals, grammar.depth, grammar.n_sets).size
     assert np.nanmean(l1) < np.log(vocab_size)  # better than uniform after a few steps
-
-
-def test_chunked_loss_equals_unchunked_mean(grammar):
-    lang = pcfg.Language(grammar)
-    strings, js = lang.sample(17, np.random.default_rng(3))
-    vocab = M.Vocab(grammar.n_terminals, grammar.depth, grammar.n_sets)
-    torch.manual_seed(0)
-    model = M.Decoder(vocab.size, 16, 1, 2)
-    with torch.no_grad():
-        whole = M._chunked_loss(model, vocab, strings, js, 1, 1, "cpu")
-        split = M._chunked_loss(model, vocab, strings, js, 1, 3, "cpu")
-    assert float(whole) == pytest.approx(float(split), rel=1e-5)
-
-
-def test_baseline_and_metadata_model_see_the_same_masked_sequences(grammar, monkeypatch):
-    lang = pcfg.Language(grammar)
-    seen = {0: [], 2: []}
-    real = M._chunked_loss
-
-    def spy(model, vocab, strings, js, dm, chunks, device):
-        seen[current].append((dm, tuple(strings)))
-        return real(model, vocab, strings, js, dm, chunks, device)
-
-    monkeypatch.setattr(M, "_chunked_loss", spy)
-    for current in (0, 2):
-        M.train(lang, dm=current, steps=3, batch=8, root=5, d_model=16, n_layers=1)
-    masked_meta = [s for dm, s in seen[2] if dm == 0]
-    assert [s for _, s in seen[0]] == masked_meta  # identical masked stream
-    assert [dm for dm, _ in seen[2]] == [0, 2] * 3  # plus one shown batch per step
 
 
 def test_prefix_split_keeps_each_prefix_on_one_side(grammar):
@@ -216,10 +189,12 @@ def test_train_point_matches_the_steps_it_bundles(grammar):
     kw = dict(grammar=grammar, eval_set=eval_set, log_set=eval_set, log_every=2, probe_splits=splits,
               prompts=prompts, prompt_js=eval_set[1][:4], train_kw=dict(steps=4, batch=8, d_model=16, n_layers=1))
     threads = torch.get_num_threads()
-    r = M.train_point(1, 7, root=4, **kw)
+    r = M.train_point((7, 2), dms=(0, 1), root=4, **kw)["runs"]
     assert torch.get_num_threads() == threads  # restored
-    model, hist = M.train(lang, dm=1, root=4, rep=7, steps=4, batch=8, d_model=16, n_layers=1, log_every=2,
-                          log_set=eval_set, log_dms=[0, 1])
+    assert [(x["rep"], x["dm"]) for x in r] == [(7, 0), (7, 1), (2, 0), (2, 1)]
+    models, hists = M.train(lang, dms=(0, 1), reps=(7, 2), root=4, steps=4, batch=8, d_model=16, n_layers=1,
+                            log_every=2, log_set=eval_set)
+    model, hist, r = models[1], hists[1], r[1]
     masked, hidden = M.evaluate(model, grammar, *eval_set, dm=0)
     np.testing.assert_array_equal(r["masked"], masked)
     np.testing.assert_array_equal(r["given"], M.evaluate(model, grammar, *eval_set, dm=1)[0])
