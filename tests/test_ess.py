@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import torch
+from scipy import stats
 
 from lib.ess import models as M
 from lib.ess import operators as O
@@ -333,3 +334,63 @@ def test_hard_reset_erases_the_state_at_the_delimiter():
         assert np.all(ess[:, d + 1] <= 1)
     with pytest.raises(ValueError, match="gated"):
         M.with_hard_reset(M.MixerLM(M.ModelConfig("softmax", 3, d_model=8, vocab_size=vocab.size)), 0)
+
+
+def test_within_family_spearman_ignores_differences_between_families():
+    from lib.ess.analysis import within_family_spearman
+
+    rng = np.random.default_rng(3)
+    n = 20
+    fam = np.repeat(["f1", "f2"], n)
+    y = np.concatenate([np.linspace(0, 0.3, n), np.linspace(0.7, 1.0, n)])
+    # a: ranks y within each family but is *lower* in the better family;
+    # b: constant within a family, so it carries only the family — it wins when pooled
+    a = np.concatenate([np.linspace(5, 6, n), np.linspace(1, 2, n)]) + rng.normal(0, 0.01, 2 * n)
+    b = np.concatenate([np.zeros(n), np.ones(n)]) + rng.normal(0, 1e-3, 2 * n)
+    out = within_family_spearman(a, b, y, fam, np.random.default_rng(4), n_boot=300)
+    assert out["rho_a"]["f1"] > 0.95 and out["rho_a"]["f2"] > 0.95
+    assert abs(out["rho_b"]["f1"]) < 0.6
+    assert out["mean_gap"] > 0.4 and out["p_not_better"] == 0.0 and out["gap_low"] > 0
+    pooled = stats.spearmanr(a, y).statistic
+    assert pooled < stats.spearmanr(b, y).statistic                 # pooled, a loses
+    # a family with a constant column is dropped and named
+    c = np.where(fam == "f1", 1.0, a)
+    out2 = within_family_spearman(c, b, y, fam, np.random.default_rng(4), n_boot=50)
+    assert out2["undefined"] == ["f1"] and set(out2["rho_a"]) == {"f1", "f2"}
+    with pytest.raises(ValueError, match="equal length"):
+        within_family_spearman(a[:3], b, y, fam, rng)
+    one = within_family_spearman(a[[0, n]], b[[0, n]], y[[0, n]], fam[[0, n]], rng, n_boot=5)
+    assert np.isnan(one["mean_gap"]) and one["n_valid"] == 0 and one["undefined"] == ["f1", "f2"]
+
+
+def test_two_layer_model_runs_its_layers_and_one_layer_is_unchanged():
+    cfg1 = M.ModelConfig("gla", 3, d_model=8)
+    cfg2 = M.ModelConfig("gla", 3, d_model=8, n_layers=2)
+    torch.manual_seed(0)
+    m1 = M.MixerLM(cfg1)
+    torch.manual_seed(0)
+    m2 = M.MixerLM(cfg2)
+    # the first layer draws the same weights, the second comes after
+    for (n1, p1), (n2, p2) in zip(m1.named_parameters(), m2.named_parameters()):
+        assert n1 == n2 and torch.equal(p1, p2)
+    assert len(m2.extra) == 1
+    tokens = torch.from_numpy(T.mqar(np.random.default_rng(0), 2, 2, 8)[0])
+    # one layer: logits = W_o(LN(T v) + x), written out by hand
+    x = m1.embed(tokens)
+    q, k, v = m1._qkv(x)
+    want = m1.W_o(m1.norm(m1._operator(q, k, m1.log_gates(x)) @ v) + x)
+    assert torch.allclose(m1(tokens), want)
+    # two layers: the second layer's operator acts on the residual stream after the first
+    h = x + m2.norm(m2._operator(*m2._qkv(x)[:2], m2.log_gates(x)) @ m2._qkv(x)[2])
+    L2 = m2.extra[0]
+    q2, k2, v2 = L2._qkv(h)
+    want2 = m2.W_o(h + L2.norm(L2._operator(q2, k2, L2.log_gates(h)) @ v2))
+    assert torch.allclose(m2(tokens), want2, atol=1e-6)
+    fs = m2.layer_operator_factors(tokens)
+    assert len(fs) == 2 and fs[1]["T"].shape == (2, 8, 8)
+    _, log_a = m2(tokens, return_gates=True)
+    assert log_a.shape == (2, 8, 6)                       # both layers' gates, concatenated
+    prof = M.task_ess(m2, tokens.numpy(), taus=(1e-2,))
+    assert "tol=exact" not in prof and prof["max_excess"] <= 0 and prof["factored_rel_err"] < 1e-8
+    with pytest.raises(ValueError, match="n_layers"):
+        M.ModelConfig("gla", 3, n_layers=0)

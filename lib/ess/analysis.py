@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 from scipy import stats
 
-__all__ = ["spearman_gap_bootstrap"]
+__all__ = ["spearman_gap_bootstrap", "within_family_spearman"]
 
 
 def spearman_gap_bootstrap(a, b, y, rng: np.random.Generator, n_boot: int = 2000) -> dict:
@@ -38,3 +38,50 @@ def spearman_gap_bootstrap(a, b, y, rng: np.random.Generator, n_boot: int = 2000
     return {"rho_a": float(rho(a, full)), "rho_b": float(rho(b, full)), "gap_low": float(lo),
             "gap_high": float(hi), "p_a_better": float(np.mean(gaps > 0)) if gaps.size else np.nan,
             "n_valid": int(gaps.size)}
+
+
+def within_family_spearman(a, b, y, family, rng: np.random.Generator, n_boot: int = 4000) -> dict:
+    """Does predictor ``a`` rank ``y`` better than ``b`` *within* each family (architecture)?
+
+    For every family ``f`` the Spearman correlations ``rho_a[f]``, ``rho_b[f]`` of ``y`` with
+    ``a`` and with ``b`` over that family's models only (so that differences between
+    architectures cannot drive them), and their gap averaged over the families,
+    ``mean_gap = mean_f (rho_a[f] − rho_b[f])``. Its uncertainty comes from a stratified bootstrap:
+    each resample draws every family's models with replacement within the family; returned are the
+    95% percentile interval of the mean gap and ``p_not_better``, the share of resamples with
+    mean gap ≤ 0 (resamples where a correlation is undefined are skipped; ``n_valid`` counts the
+    rest). A family whose correlation is undefined on the data (a constant column) is dropped
+    and listed in ``undefined``; with no family left every statistic is NaN."""
+    a, b, y = (np.asarray(v, dtype=float) for v in (a, b, y))
+    family = np.asarray(family)
+    if not a.shape == b.shape == y.shape == family.shape or a.ndim != 1:
+        raise ValueError("a, b, y and family must be 1-d arrays of equal length")
+
+    def rho(x, idx):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", stats.ConstantInputWarning)
+            return stats.spearmanr(x[idx], y[idx]).statistic
+
+    groups = {f: np.flatnonzero(family == f) for f in dict.fromkeys(family.tolist())}
+    per = {f: (float(rho(a, idx)), float(rho(b, idx))) for f, idx in groups.items()}
+    undefined = [f for f, r in per.items() if not np.all(np.isfinite(r))]
+    groups = {f: idx for f, idx in groups.items() if f not in undefined}
+    if not groups:              # e.g. one model per family: nothing to rank
+        return {"rho_a": {f: per[f][0] for f in per}, "rho_b": {f: per[f][1] for f in per},
+                "mean_gap": np.nan, "gap_low": np.nan, "gap_high": np.nan, "p_not_better": np.nan,
+                "n_valid": 0, "undefined": undefined}
+    gap = float(np.mean([per[f][0] - per[f][1] for f in groups]))
+    gaps = []
+    for _ in range(n_boot):
+        g = []
+        for idx in groups.values():
+            res = idx[rng.integers(0, len(idx), len(idx))]
+            g.append(rho(a, res) - rho(b, res))
+        if np.all(np.isfinite(g)):
+            gaps.append(np.mean(g))
+    gaps = np.array(gaps)
+    lo, hi = (np.percentile(gaps, [2.5, 97.5]) if gaps.size else (np.nan, np.nan))
+    return {"rho_a": {f: per[f][0] for f in per}, "rho_b": {f: per[f][1] for f in per},
+            "mean_gap": gap, "gap_low": float(lo), "gap_high": float(hi),
+            "p_not_better": float(np.mean(gaps <= 0)) if gaps.size else np.nan,
+            "n_valid": int(gaps.size), "undefined": undefined}

@@ -1,9 +1,12 @@
-"""Tiny one-layer recall models, their training, and the ESS of the trained mixer on task inputs.
+"""Tiny recall models, their training, and the ESS of the trained mixers on task inputs.
 
-Each model is ``embed → token mixer → readout`` with a one-token shift on the keys, the
+Each model is ``embed → token mixer(s) → readout`` with a one-token shift on the keys, the
 "short convolution" that lets a single mixer layer solve associative recall:
 
-    q_r = W_q x_r,   k_j = W_k x_{j−1},   v_j = W_v x_j,   logits_r = W_o LN(y_r) + W_e x_r
+    q_r = W_q x_r,   k_j = W_k x_{j−1},   v_j = W_v x_j,   logits_r = W_o (LN(y_r) + x_r)
+
+With ``n_layers > 1`` the residual stream runs ``h ← h + LN_l(T_l v_l)`` through every layer
+(each with its own maps, computed from ``h``) before the read-out ``W_o h``.
 
 so the key stored at a value token is its preceding key token, and a query that matches it
 retrieves the value. One head; ``d_k`` is the key width (the state size per value channel of
@@ -65,42 +68,41 @@ class ModelConfig:
     gate_bias: float = 3.0          # GLA gates start near σ(3) ≈ 0.95: little forgetting
     block: int = 8                  # SWR block length
     ssm_step: float = 0.05          # initial SSM step Δ (decays exp(−0.05 n) at the start)
+    n_layers: int = 1               # mixer layers (residual: h ← h + LN(T_l v_l))
 
     def __post_init__(self):
         if self.mixer not in MODEL_MIXERS:
             raise ValueError(f"mixer must be one of {MODEL_MIXERS}, got {self.mixer!r}")
-        if self.d_k < 1 or self.d_model < 1:
-            raise ValueError("d_k and d_model must be positive")
+        if self.d_k < 1 or self.d_model < 1 or self.n_layers < 1:
+            raise ValueError("d_k, d_model and n_layers must be positive")
 
 
-class MixerLM(nn.Module):
-    def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        self.cfg = cfg
-        d, dk = cfg.d_model, cfg.d_k
-        self.embed = nn.Embedding(cfg.vocab_size, d)
-        self.W_q = nn.Linear(d, dk, bias=False)
-        self.W_k = nn.Linear(d, dk, bias=False)
-        self.W_v = nn.Linear(d, d, bias=False)
-        self.norm = nn.LayerNorm(d)
-        self.W_o = nn.Linear(d, cfg.vocab_size)
-        if cfg.mixer in ("gla", "swr"):
-            self.W_g = nn.Linear(d, dk)
-            nn.init.constant_(self.W_g.bias, cfg.gate_bias)
-        if cfg.mixer == "ssm":
-            self.W_dt = nn.Linear(d, 1)
-            nn.init.constant_(self.W_dt.bias, float(np.log(np.expm1(cfg.ssm_step))))
-            self.A_log = nn.Parameter(torch.log(torch.arange(1, dk + 1, dtype=torch.float32)))
-        if cfg.mixer == "conv":
-            self.conv_w = nn.Parameter(torch.randn(dk + 1) / (dk + 1) ** 0.5)
+def _add_mixer_weights(layer: nn.Module, cfg: ModelConfig) -> None:
+    """The query, key, value maps and the norm of one mixer layer."""
+    d, dk = cfg.d_model, cfg.d_k
+    layer.W_q = nn.Linear(d, dk, bias=False)
+    layer.W_k = nn.Linear(d, dk, bias=False)
+    layer.W_v = nn.Linear(d, d, bias=False)
+    layer.norm = nn.LayerNorm(d)
 
-    def tss(self, L: int) -> np.ndarray:
-        """The architecture's state size per value channel at each position (shape ``L``)."""
-        i = np.arange(L)
-        if self.cfg.mixer == "softmax":
-            return np.minimum(i, L - i).astype(float)
-        per = 2 * self.cfg.d_k if self.cfg.mixer == "swr" else self.cfg.d_k
-        return np.full(L, float(per))
+
+def _add_gate_weights(layer: nn.Module, cfg: ModelConfig) -> None:
+    """The gates (GLA, SWR), the SSM's step and rates, or the convolution's filter."""
+    d, dk = cfg.d_model, cfg.d_k
+    if cfg.mixer in ("gla", "swr"):
+        layer.W_g = nn.Linear(d, dk)
+        nn.init.constant_(layer.W_g.bias, cfg.gate_bias)
+    if cfg.mixer == "ssm":
+        layer.W_dt = nn.Linear(d, 1)
+        nn.init.constant_(layer.W_dt.bias, float(np.log(np.expm1(cfg.ssm_step))))
+        layer.A_log = nn.Parameter(torch.log(torch.arange(1, dk + 1, dtype=torch.float32)))
+    if cfg.mixer == "conv":
+        layer.conv_w = nn.Parameter(torch.randn(dk + 1) / (dk + 1) ** 0.5)
+
+
+class _MixerMethods:
+    """The token mixer of one layer (shared by the first layer, :class:`MixerLM` itself, and the
+    further layers, :class:`MixerLayer`)."""
 
     # -- pieces ------------------------------------------------------------------------
     def _qkv(self, x: torch.Tensor):
@@ -153,28 +155,91 @@ class MixerLM(nn.Module):
         diff = (S[:, :, None, :] - S[:, None, :, :]).masked_fill(~mask[..., None], float("-inf"))
         return (q[:, :, None, :] * torch.exp(diff) * k[:, None, :, :]).sum(-1)
 
+
+
+class MixerLayer(nn.Module, _MixerMethods):
+    """A mixer layer after the first (its weights as the first layer's)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        _add_mixer_weights(self, cfg)
+        _add_gate_weights(self, cfg)
+
+
+class MixerLM(nn.Module, _MixerMethods):
+    """``embed → mixer layers → readout``; the first layer's weights are the model's own
+    attributes, further layers (``n_layers > 1``) are :class:`MixerLayer` modules in
+    ``self.extra``, created after the first layer's (so a one-layer model draws the same
+    initial weights as before layers existed)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        _add_mixer_weights(self, cfg)
+        self.W_o = nn.Linear(cfg.d_model, cfg.vocab_size)
+        _add_gate_weights(self, cfg)
+        self.extra = nn.ModuleList(MixerLayer(cfg) for _ in range(cfg.n_layers - 1))
+
+    def layers(self) -> list:
+        return [self, *self.extra]
+
+    def tss(self, L: int) -> np.ndarray:
+        """The architecture's state size per value channel at each position (shape ``L``)."""
+        i = np.arange(L)
+        if self.cfg.mixer == "softmax":
+            return np.minimum(i, L - i).astype(float)
+        per = 2 * self.cfg.d_k if self.cfg.mixer == "swr" else self.cfg.d_k
+        return np.full(L, float(per))
+
     # -- forward -------------------------------------------------------------------------
+    def _layer_passes(self, tokens: torch.Tensor):
+        """Yield ``(q, k, log_a, T)`` of every layer while running the residual stream
+        ``h ← h + LN_l(T_l v_l)``; returns the final ``h``."""
+        h = self.embed(tokens)
+        for layer in self.layers():
+            q, k, v = layer._qkv(h)
+            log_a = layer.log_gates(h, tokens)
+            T = layer._operator(q, k, log_a)
+            yield q, k, log_a, T
+            h = h + layer.norm(T @ v)
+        return h
+
     def forward(self, tokens: torch.Tensor, return_gates: bool = False):
-        x = self.embed(tokens)
-        q, k, v = self._qkv(x)
-        log_a = self.log_gates(x, tokens)
-        y = self._operator(q, k, log_a) @ v
-        logits = self.W_o(self.norm(y) + x)
-        return (logits, log_a) if return_gates else logits
+        """Logits; with ``return_gates`` also ``log α`` of every layer concatenated along the
+        last axis ((B, L, n_layers·d_k); None for mixers without gates)."""
+        passes = self._layer_passes(tokens)
+        gates = []
+        while True:
+            try:
+                gates.append(next(passes)[2])
+            except StopIteration as done:
+                h = done.value
+                break
+        logits = self.W_o(h)
+        if not return_gates:
+            return logits
+        return logits, (None if gates[0] is None else torch.cat(gates, dim=-1))
 
     @torch.no_grad()
-    def operator_factors(self, tokens: torch.Tensor) -> dict[str, np.ndarray]:
-        """The mixer's operator on ``tokens`` in fp64: ``{"T": (B, L, L)}``, and additionally
-        ``{"C", "B", "log_a"}`` (B, L, d_k) for the diagonal recurrences (:data:`FACTORED`)."""
+    def layer_operator_factors(self, tokens: torch.Tensor) -> list[dict[str, np.ndarray]]:
+        """Each layer's mixer operator on ``tokens`` in fp64: ``{"T": (B, L, L)}``, and
+        additionally ``{"C", "B", "log_a"}`` (B, L, d_k) for the diagonal recurrences
+        (:data:`FACTORED`)."""
         m = copy.deepcopy(self).double()
-        x = m.embed(tokens)
-        q, k, _ = m._qkv(x)
-        log_a = m.log_gates(x, tokens)
-        out = {"T": m._operator(q, k, log_a).numpy()}
-        if self.cfg.mixer in FACTORED:
-            out.update(C=q.numpy(), B=k.numpy(),
-                       log_a=np.zeros_like(q.numpy()) if log_a is None else log_a.numpy())
+        out = []
+        for q, k, log_a, T in m._layer_passes(tokens):
+            f = {"T": T.numpy()}
+            if self.cfg.mixer in FACTORED:
+                f.update(C=q.numpy(), B=k.numpy(),
+                         log_a=np.zeros_like(q.numpy()) if log_a is None else log_a.numpy())
+            out.append(f)
         return out
+
+    def operator_factors(self, tokens: torch.Tensor) -> dict[str, np.ndarray]:
+        """The first layer's :meth:`layer_operator_factors`."""
+        return self.layer_operator_factors(tokens)[0]
 
 
 def with_hard_reset(model: MixerLM, token: int) -> MixerLM:
@@ -184,7 +249,8 @@ def with_hard_reset(model: MixerLM, token: int) -> MixerLM:
     if model.cfg.mixer not in GATED:
         raise ValueError(f"a hard reset needs a gated mixer {GATED}, got {model.cfg.mixer!r}")
     m = copy.deepcopy(model)
-    m.reset_token = int(token)
+    for layer in m.layers():
+        layer.reset_token = int(token)
     return m
 
 
@@ -265,19 +331,30 @@ def accuracy(model: MixerLM, tokens: np.ndarray, targets: np.ndarray) -> float:
 def task_ess(model: MixerLM, tokens: np.ndarray, taus=(None, 1e-6, 1e-3, 1e-2)):
     """ESS profiles of the trained mixer on ``tokens`` (B, L), from the dense operator's Hankel
     blocks (a full SVD per position): a dict of ``(B, L)`` arrays (keys as
-    :func:`lib.ess.spectrum.ess_profile`), plus ``"tss"`` (L,) — the model's TSS per position
-    (:meth:`MixerLM.tss`). For the diagonal recurrences (:data:`FACTORED`) also
-    ``"factored_rel_err"``: the largest difference between the factored path's singular values
-    and the dense ones, relative to σ_1 of each block."""
-    f = model.operator_factors(torch.from_numpy(tokens))
-    dense = spectrum.hankel_singular_values(f["T"])
-    out = spectrum.ess_profile(dense, taus)
+    :func:`lib.ess.spectrum.ess_profile`), averaged over the layers as the paper aggregates, plus
+    ``"tss"`` (L,) — the model's TSS per position and layer (:meth:`MixerLM.tss`) — and
+    ``"max_excess"``, the largest ``ESS_i − TSS_i`` (exact tolerance) of any layer, sequence and
+    position. For the diagonal recurrences (:data:`FACTORED`) also ``"factored_rel_err"``: the
+    largest difference between the factored path's singular values and the dense ones, relative
+    to σ_1 of each block, over the layers."""
+    per_layer = []
+    excess, err = -np.inf, 0.0
+    tss = model.tss(tokens.shape[1])
+    for f in model.layer_operator_factors(torch.from_numpy(tokens)):
+        dense = spectrum.hankel_singular_values(f["T"])
+        prof = spectrum.ess_profile(dense, tuple(dict.fromkeys((None, *taus))))
+        excess = max(excess, float(np.max(prof["tol=exact"] - tss)))
+        per_layer.append({k: v for k, v in prof.items()
+                          if k != "tol=exact" or None in taus})
+        if model.cfg.mixer in FACTORED:
+            fast = spectrum.factored_singular_values(f["C"], f["B"], f["log_a"])
+            err = max(err, max((float(np.max(np.abs(a - b) / np.maximum(b[..., :1], np.finfo(float).tiny)))
+                                for a, b in zip(fast[1:], dense[1:])), default=0.0))
+    out = {k: np.mean([p[k] for p in per_layer], axis=0) for k in per_layer[0]}
     if model.cfg.mixer in FACTORED:
-        fast = spectrum.factored_singular_values(f["C"], f["B"], f["log_a"])
-        out["factored_rel_err"] = np.array(max(
-            (float(np.max(np.abs(a - b) / np.maximum(b[..., :1], np.finfo(float).tiny)))
-             for a, b in zip(fast[1:], dense[1:])), default=0.0))
-    out["tss"] = model.tss(tokens.shape[1])
+        out["factored_rel_err"] = np.array(err)
+    out["tss"] = tss
+    out["max_excess"] = excess
     return out
 
 
@@ -296,7 +373,8 @@ def _positions_mean(a: np.ndarray, start: int = 1) -> float:
 
 def run_mqar(mixer: str, d_k: int, n_pairs: int, seed: int, *, root: int, study: str = "mqar",
              length: int = 48, steps: int = 300, batch: int = 32, lr: float = 3e-3, d_model: int = 48,
-             reg: float = 0.0, n_eval: int = 256, n_ess: int = 16, block: int = 8) -> dict:
+             reg: float = 0.0, n_eval: int = 256, n_ess: int = 16, block: int = 8,
+             n_layers: int = 1) -> dict:
     """Train one model on MQAR, replicate ``seed`` of ``study`` under the chapter seed ``root``,
     and measure it. The draws are keyed by what they are: the initial weights by the model
     (mixer, d_k, κ) and the replicate, the training batches and the test set by the task (κ)
@@ -309,7 +387,8 @@ def run_mqar(mixer: str, d_k: int, n_pairs: int, seed: int, *, root: int, study:
     ``ESS_i − TSS_i`` (exact tolerance, dense SVD) over sequences and positions;
     ``factored_rel_err`` (diagonal recurrences) compares the factored and dense spectra."""
     vocab = Vocab()
-    cfg = ModelConfig(mixer, d_k, d_model=d_model, vocab_size=vocab.size, block=block)
+    cfg = ModelConfig(mixer, d_k, d_model=d_model, vocab_size=vocab.size, block=block,
+                      n_layers=n_layers)
     tc = TrainConfig(n_pairs=n_pairs, steps=steps, batch=batch, lr=lr, reg=reg, length=length,
                      vocab=vocab)
     model, losses = train(cfg, tc, root=root, init=(study, "init", mixer, d_k, n_pairs, seed),
@@ -319,11 +398,11 @@ def run_mqar(mixer: str, d_k: int, n_pairs: int, seed: int, *, root: int, study:
     out = {"accuracy": accuracy(model, tokens, targets), "n_queries": int((targets != IGNORE).sum()),
            "final_loss": float(np.mean(losses[-20:])),
            "tss": _positions_mean(prof["tss"]), "tss_query": _positions_mean(prof["tss"], 2 * n_pairs),
-           "max_ess_minus_tss": float(np.max(prof["tol=exact"] - prof["tss"]))}
+           "max_ess_minus_tss": float(prof["max_excess"])}
     if "factored_rel_err" in prof:
         out["factored_rel_err"] = float(prof["factored_rel_err"])
     for key, value in prof.items():
-        if key not in ("tss", "factored_rel_err"):
+        if key not in ("tss", "factored_rel_err", "max_excess"):
             name = key.replace("tol=", "ess_tol_").replace("entropy", "ess_entropy")
             out[name] = _positions_mean(value)
             out[name + "_query"] = _positions_mean(value, 2 * n_pairs)
