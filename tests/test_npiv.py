@@ -200,127 +200,65 @@ def test_polishing_measures_without_moving_the_run():
     assert np.all(polished.L >= polished.L_tracker - 1e-6)  # smaller subtracted min G
 
 
-def test_compare_decay_prefers_the_true_model():
-    """On a fixed window an exponential gap is fitted better by the exponential, a power law
-    better by the power law; the ratio discriminates in both directions."""
-    t = np.linspace(0.1, 30, 300)
-    ex = analysis.compare_decay(t, np.exp(-0.4 * t) * (1 + 0.01 * np.cos(7 * t)), 5, 20)
-    pw = analysis.compare_decay(t, t**-2.0 * (1 + 0.01 * np.cos(7 * t)), 5, 20)
-    assert ex.fitted and ex.rate == pytest.approx(0.4, rel=0.02) and ex.ratio > 10
-    assert ex.decades == pytest.approx(0.4 * 15 / np.log(10), rel=0.02)
-    assert pw.fitted and pw.exponent == pytest.approx(2.0, rel=0.02) and pw.ratio < 0.1
-    assert ex.delta_aic > 0 > pw.delta_aic
+def test_first_passage_is_the_first_sample_at_or_below_the_level():
+    t = np.arange(10.0)
+    gap = np.array([5, 4, 3, 0.5, 2, 0.1, 0, 0, 0, 0], float)
+    assert analysis.first_passage(t, gap, 1.0) == 3.0
+    assert analysis.first_passage(t, gap, 0.0) == 6.0
+    assert np.isnan(analysis.first_passage(t, gap, -1.0))
 
 
-def test_compare_decay_refuses_a_window_it_cannot_fit():
-    """A gap that crosses zero (or too few points) is not fitted: NaN, never silently dropped."""
-    t = np.linspace(0.1, 30, 300)
-    bad = analysis.compare_decay(t, np.exp(-0.4 * t) - 1e-3, 5, 20)
-    assert not bad.fitted and np.isnan(bad.ratio) and np.isnan(bad.rate)
-    assert not analysis.compare_decay(t, np.exp(-t), 5, 5.05).fitted
+def test_log_variance_slope_recovers_the_exponent_with_a_calibrated_error():
+    """Gaussian samples with variance c·N^(−p): the fitted slope is −p on average, and its
+    z-score against the true exponent has unit spread (the known χ² error is right); with one
+    intercept per data set, data sets of different scales do not bias the slope."""
+    rng = np.random.default_rng(0)
+    N = np.array([16, 32, 64, 128, 256])
+    z = []
+    for _ in range(400):
+        scale = np.array([1.0, 30.0])[None, :, None]  # two data sets, different variances
+        x = rng.standard_normal((5, 2, 10)) * np.sqrt(scale / N[:, None, None])
+        fit = analysis.log_variance_slope(N, x)
+        z.append(fit.z(-1.0))
+    z = np.array(z)
+    assert abs(z.mean()) < 0.15 and abs(z.std() - 1) < 0.1
+    flat = analysis.log_variance_slope(N, rng.standard_normal((5, 2, 10)))
+    assert abs(flat.slope) < 4 * flat.se and flat.z(-1.0) > 3  # a spread that does not shrink
+    exact = analysis.log_variance_slope(N, np.stack([np.arange(10.0) / np.sqrt(n) for n in N])[:, None])
+    assert exact.slope == pytest.approx(-1.0)
 
 
-def test_rate_fade_separates_exponential_from_any_power_law():
-    """The half-window rate ratio of a pure exponential is 1 (fade 0) and that of every power
-    law c·t^(−p) equals the parameter-free prediction (fade 1), on noisy curves too; a sum of
-    two exponentials fades part of the way; a rate that rises after a slow stretch has fade < 0."""
-    t = np.arange(0.0, 60.0, 0.2)
-    tt = np.maximum(t, 1e-12)
-    wiggle = 1 + 0.02 * np.cos(5 * t)
-    ex = analysis.rate_fade(t, 3 * np.exp(-0.6 * t) * wiggle, 4, 38)
-    assert ex.fitted and ex.rate_first == pytest.approx(0.6, rel=0.02)
-    assert ex.ratio == pytest.approx(1.0, abs=0.02) and abs(ex.fade) < 0.05
-    assert ex.decades == pytest.approx(0.6 * (38 - 4) / np.log(10), rel=0.02)
-    for p in (0.5, 2.0, 8.0):
-        pw = analysis.rate_fade(t, 5 * tt**-p * wiggle, 4, 38)
-        assert pw.fitted and pw.fade == pytest.approx(1.0, abs=0.05)
-        assert pw.power_ratio == pytest.approx(ex.power_ratio)  # same times, same prediction
-    assert 0.3 < ex.power_ratio < 0.45  # window [4, 38]: halves [4, 21] and [21, 38]
-    mix = analysis.rate_fade(t, np.exp(-0.1 * t) + 1e3 * np.exp(-1.0 * t), 4, 38)
-    assert 0.0 < mix.fade < 1.0
-    slow_then_fast = np.exp(-np.where(t < 20, 0.1 * t, 2.0 + 0.7 * (t - 20)))
-    assert analysis.rate_fade(t, slow_then_fast, 4, 38).fade < 0
+def test_init_scale_may_differ_between_runs():
+    scale = torch.tensor([0.05, 1.0])
+    net = mf.MeanFieldNet.init(2, 20_000, 3, torch.Generator().manual_seed(0), scale=scale)
+    np.testing.assert_allclose(net.x.std(dim=(1, 2)).numpy(), [0.05, 1.0], rtol=0.02)
 
 
-def test_rate_fade_refuses_what_it_cannot_fit():
-    """A gap that crosses zero, a window with too few points or a gap that does not decay is
-    not fitted (NaN); a second half that stops decaying has infinite fade."""
-    t = np.arange(0.0, 60.0, 0.2)
-    bad = analysis.rate_fade(t, np.exp(-0.4 * t) - 1e-5, 4, 38)
-    assert not bad.fitted and np.isnan(bad.fade) and np.isnan(bad.ratio)
-    assert not analysis.rate_fade(t, np.exp(-t), 4, 4.5).fitted
-    assert not analysis.rate_fade(t, 1 + 0 * t, 4, 38).fitted
-    stalls = analysis.rate_fade(t, np.exp(-np.minimum(t, 21.0)), 4, 38)
-    assert stalls.fitted and stalls.fade > 5  # (infinite when the second half is flat)
+def test_stationarity_spread_is_the_variance_of_late_means():
+    h = 0.1
+    cfg = mf.F2BMLDConfig(steps=20, eta=0.2, zeta=0.5, record_every=2, tracker_steps=1,
+                          flow_step=h)
+    st = experiments.stationarity([4, 8], [0, 1], 3, 16, 1.0, 1e-3, cfg, 0, late_from=1.0)
+    assert st["L"].shape == (2, 2, 3, 11)
+    late = st["L"][..., st["t"] >= 1.0].mean(-1)
+    np.testing.assert_allclose(st["late"], late)
+    np.testing.assert_allclose(st["spread"], late.var(-1, ddof=1))
+    np.testing.assert_allclose(st["init_scales"], [0.05, np.sqrt(0.05), 1.0])
+    assert not np.allclose(st["L"][0, 0, 0], st["L"][0, 0, 1])  # distinct initialisations
 
 
-def test_censored_window_ends_at_the_resolution_level():
-    """The window ends at the last sample before the gap first reaches the level (a noisy
-    floor below it never enters the fit); NaN when the window starts at or below it."""
-    t = np.arange(0.0, 100.0, 0.5)
-    noise = 1e-16 * np.random.default_rng(0).standard_normal(len(t))
-    gap = np.exp(-0.6 * t) + noise
-    end = analysis.censored_end(t, gap, 4, 90, 1e-12)
-    assert end == pytest.approx(np.log(1e12) / 0.6, abs=0.5) and gap[t == end] > 1e-12
-    assert analysis.censored_end(t, gap, 4, 20, 1e-12) == 20  # not reached: the fixed end
-    assert np.isnan(analysis.censored_end(t, gap, 60, 90, 1e-12))
-    fade = analysis.rate_fade(t, gap, 4, 90, level=1e-12)
-    assert fade.t_end == end and abs(fade.fade) < 0.05
-    assert fade.decades == pytest.approx(0.6 * (end - 4) / np.log(10), rel=0.02)
-
-
-@pytest.mark.parametrize("p", [0.5, 2.0, 8.0])
-def test_censored_rate_fade_fails_every_power_law(p):
-    """Censored at a resolution level above a noise floor, a power law c·t^(−p) still has fade
-    ≈ 1 (its prediction is computed on the sample times the window kept), so it fails a bound
-    of 0.5 whether or not it reaches the level inside the window."""
-    t = np.arange(0.0, 150.0, 0.8)
-    tt = np.maximum(t, 1e-12)
-    noise = 1e-15 * np.random.default_rng(1).standard_normal(len(t))
-    pw = analysis.rate_fade(t, 1e-2 * (tt / 4) ** -p * (1 + 0.02 * np.cos(5 * t)) + noise,
-                            4, 135, level=1e-13)
-    assert pw.fitted and pw.fade == pytest.approx(1.0, abs=0.1) and pw.fade > 0.5
-    assert pw.power_ratio < 0.5  # the window is long enough to tell the two apart
-
-
-def test_censored_rate_fade_passes_a_slow_stretch_followed_by_exponential_decay():
-    """A rate that dips to a tenth of its value for a long stretch and then recovers (allowed
-    by a bound d/dt gap ≤ −α gap with small α) passes once the window runs on to the
-    resolution level, while the same curve stopped inside the slow stretch fails."""
-    t = np.arange(0.0, 150.0, 0.8)
-    rate = np.where(t < 25, 0.2, np.where(t < 65, 0.01, 0.5))
-    log_gap = np.log(1e-3) - np.concatenate([[0.0], np.cumsum(rate[:-1] * np.diff(t))])
-    gap = np.exp(log_gap) + 1e-16 * np.random.default_rng(2).standard_normal(len(t))
-    whole = analysis.rate_fade(t, gap, 4, 135, level=1e-13)
-    assert whole.fitted and whole.t_end < 135 and whole.fade < 0
-    assert analysis.rate_fade(t, gap, 4, 45, level=1e-13).fade > 0.5
-
-
-def test_local_rates_are_constant_for_an_exponential_and_p_over_t_for_a_power_law():
-    """Block slopes of −log gap: flat for an exponential, ≈ p/t for a power law; they stop at
-    the first block that reaches the floor."""
-    t = np.arange(0.0, 60.0, 0.2)
-    c, r = analysis.local_rates(t, np.exp(-0.5 * t), 2.0)
-    assert len(c) == 30 and np.allclose(r, 0.5)
-    c, r = analysis.local_rates(t[1:], t[1:] ** -3.0, 2.0)
-    assert np.allclose(r[2:], 3.0 / c[2:], rtol=0.02)
-    c, r = analysis.local_rates(t, np.exp(-0.5 * t), 2.0, floor=np.exp(-0.5 * 21))
-    assert c.max() < 21 and len(c) == 10
-
-
-def test_convergence_clearance_is_the_gap_at_each_window_end_over_its_fluctuation():
-    h = 0.2 / 3
-    cfg = mf.F2BMLDConfig(n_particles=16, steps=int(round(12 / h)), eta=0.2, zeta=2.0,
-                          record_every=3, polish_steps=5, tracker_steps=3, flow_step=h,
-                          float64=True)
-    conv = experiments.convergence([1.0, 2.0], [1e-14], [0], 64, cfg, 0,
-                                   windows=[[2.0, 6.0], [1.0, 4.0]], ref_from=9.0, level=1e-13)
-    t = conv["t"]
-    for run in np.ndindex(conv["t_end"].shape):
-        end = conv["t_end"][run]
-        assert np.isfinite(end)
-        k = int(np.flatnonzero(t >= end)[0])  # the first recorded time at the window's end
-        assert conv["clearance"][run] == conv["gap"][run][k] / conv["tail_sd"][run]
+def test_relaxation_first_passage_and_rate():
+    cfg = mf.F2BMLDConfig(n_particles=8, steps=30, eta=0.2, zeta=0.5, record_every=3,
+                          tracker_steps=1, flow_step=0.1)
+    rx = experiments.relaxation([1e-3, 1e-2], [0], 2, 16, 1.0, cfg, 0, late_from=2.0,
+                                level=0.05)
+    t = rx["t"]
+    assert rx["gap"].shape == (2, 1, 2, len(t))
+    np.testing.assert_allclose(rx["gap"][..., t >= 2.0].mean(-1).mean(-1), 0.0, atol=1e-12)
+    for i in np.ndindex(rx["tau"].shape):
+        g = rx["gap"][i]
+        assert rx["tau"][i] == analysis.first_passage(t, g, 0.05)
+        assert rx["rate"][i] == pytest.approx(np.log(g[0] / 0.05) / rx["tau"][i])
 
 
 def test_f2bmld_flushes_denormals_only_while_it_runs():

@@ -1,5 +1,6 @@
-"""The chapter's three experiments, each one call: convergence of the Lagrangian, the λ
-sweep on the demand design, and off-policy evaluation on CartPole. Every random draw comes
+"""The chapter's experiments, each one call: stationarity across initialisations and particle
+numbers, relaxation at several temperatures, the λ sweep on the demand design, and off-policy
+evaluation on CartPole. Every random draw comes
 from the chapter seed ``root`` through a sub-stream named by what it draws and the values it
 belongs to (λ, noise level, replicate ``rep``); independent runs advance together as one
 batch."""
@@ -30,62 +31,66 @@ def demand_batch(samples: list[demand.DemandSample]) -> mf.IVData:
                      _tensor(np.stack([s.Y for s in samples])))
 
 
-def convergence(lams, sigmas, reps, n: int, cfg: mf.F2BMLDConfig, root: int,
-                windows, ref_from: float, level: float | None = None, rho: float = 0.5):
-    """F²BMLD on the demand design for every (λ, σ, replicate in ``reps``), all on one step
-    h = ``cfg.flow_step`` (so iteration k is flow time t = k·h for every λ). The gap of each run is measured to its
-    reference value, the mean of its Lagrangian over flow times ``t ≥ ref_from`` (a stretch
-    after the fit windows, where the run has settled); on the flow-time window fixed for its λ
-    (``windows[i]`` for ``lams[i]``), ended early where the gap first falls to ``level`` (a
-    resolution fixed in advance; :func:`analysis.censored_end`), the decay rates on its two
-    halves are compared (:func:`analysis.rate_fade`) and the log-gap is fitted by an
-    exponential and by a power law (:func:`analysis.compare_decay`). Runs of the same
-    replicate share their data set (sub-stream ``("convergence-data", rep)`` of chapter seed
-    ``root``)."""
-    grid = [(lam, sig, s) for lam in lams for sig in sigmas for s in reps]
-    samples = [demand.sample(n, stream(root, "convergence-data", s)) for _, _, s in grid]
-    data = demand_batch(samples)
-    lam = np.array([g[0] for g in grid])
-    cfg = replace(cfg, sigma=_tensor([g[1] for g in grid]))
-    run = mf.f2bmld(data, lam, cfg, root, ("convergence",))
-    t = run.steps * float(run.dt[0])
-    tail = t >= ref_from
-    ref = run.L[tail].mean(0)
-    gap = run.L - ref
-    win = {lam: tuple(w) for lam, w in zip(lams, windows)}
-    fades = [analysis.rate_fade(t, gap[:, i], *win[g[0]], level=level)
-             for i, g in enumerate(grid)]
-    fits = [analysis.compare_decay(t, gap[:, i], win[g[0]][0], f.t_end)
-            for i, (g, f) in enumerate(zip(grid, fades))]
-    shape = (len(lams), len(sigmas), len(reps))
+def _stationarity_point(n_particles: int, seed: int, *, root: int, reps, n_inits: int, n: int,
+                        lam: float, sigma: float, cfg: mf.F2BMLDConfig, init_scales) -> dict:
+    """One particle number of :func:`stationarity`: every (data set, initialisation) in one batch
+    (the sweep's ``seed`` is 0: the replicates are the batch)."""
+    samples = [demand.sample(n, stream(root, "stationarity-data", s)) for s in reps]
+    data = demand_batch([x for x in samples for _ in range(n_inits)])
+    scales = np.tile(np.geomspace(*init_scales, n_inits), len(reps))
+    run = mf.f2bmld(data, lam, replace(cfg, n_particles=n_particles, sigma=sigma,
+                                       init_scale=_tensor(scales)),
+                    root, ("stationarity", n_particles))
+    return {"L": run.L_tracker.T.reshape(len(reps), n_inits, -1), "steps": run.steps}
 
-    def per_run(attr, of=fits):
-        return np.array([getattr(f, attr) for f in of], float).reshape(shape)
 
-    gap_runs = gap.T.reshape(*shape, -1)
-    tail_sd = run.L[tail].std(0).reshape(shape)
-    t_end = per_run("t_end", fades)
-    # the gap where each window ends, in units of its run's fluctuation on the reference
-    # stretch (NaN where a window could not start above the level)
-    ended = np.isfinite(t_end)
-    end_idx = np.where(ended, np.searchsorted(t, np.nan_to_num(t_end)), 0)
-    gap_at_end = np.take_along_axis(gap_runs, end_idx[..., None], -1)[..., 0]
-    return {
-        "t": t,
-        "L": run.L.T.reshape(*shape, -1),
-        "gap": gap_runs,
-        "ref": ref.reshape(shape),
-        "tail_sd": tail_sd,
-        "clearance": np.where(ended, gap_at_end, np.nan) / tail_sd,
-        "rate": per_run("rate"), "exponent": per_run("exponent"),
-        "ratio": per_run("ratio"), "delta_aic": per_run("delta_aic"),
-        "decades": per_run("decades"),
-        "fitted": per_run("fitted").astype(bool) & per_run("fitted", fades).astype(bool),
-        "rate_first": per_run("rate_first", fades), "rate_second": per_run("rate_second", fades),
-        "rate_ratio": per_run("ratio", fades), "power_ratio": per_run("power_ratio", fades),
-        "fade": per_run("fade", fades), "gap_decades": per_run("decades", fades),
-        "t_end": t_end,
-    }
+def stationarity(particles, reps, n_inits: int, n: int, lam: float, sigma: float,
+                 cfg: mf.F2BMLDConfig, root: int, late_from: float,
+                 init_scales: tuple[float, float] = (0.05, 1.0)) -> dict:
+    """F²BMLD on the demand design from ``n_inits`` initialisations per data set (replicates
+    ``reps``, sub-stream ``("stationarity-data", rep)``) for every particle number in
+    ``particles``; the initialisations' scales run geometrically over ``init_scales``. Every run
+    steps ``h = cfg.flow_step`` for ``cfg.steps`` steps at penalty ``lam`` and temperature
+    ``sigma``; the Lagrangian is recorded with the tracker μ_w as the inner minimiser. Each run's
+    *late mean* is its Lagrangian averaged over flow times ``t ≥ late_from``; ``spread`` is the
+    sample variance of the late means over the initialisations of one data set. Each particle
+    number is one :func:`lib.sweep.sweep` point."""
+    particles, reps = [int(v) for v in particles], [int(s) for s in reps]
+    runs = sweep(partial(_stationarity_point, root=root, reps=reps, n_inits=n_inits, n=n,
+                         lam=float(lam), sigma=float(sigma), cfg=cfg,
+                         init_scales=tuple(init_scales)),
+                 {"n_particles": particles}, desc="stationarity")
+    t = np.asarray(runs[0]["steps"]) * float(cfg.flow_step)
+    L = np.stack([r["L"] for r in runs])          # (N, rep, init, time)
+    late = L[..., t >= late_from].mean(-1)         # (N, rep, init)
+    return {"t": t, "L": L, "late": late, "spread": late.var(-1, ddof=1),
+            "init_scales": np.geomspace(*init_scales, n_inits)}
+
+
+def relaxation(sigmas, reps, n_inits: int, n: int, lam: float, cfg: mf.F2BMLDConfig, root: int,
+               late_from: float, level: float) -> dict:
+    """How fast F²BMLD forgets its initialisation at each temperature σ in ``sigmas`` (penalty
+    ``lam``, ``n_inits`` initialisations at ``cfg.init_scale`` per data set, replicates ``reps``
+    with sub-stream ``("relaxation-data", rep)``, all on the step ``cfg.flow_step``, one batch).
+    The reference of a (σ, data set) is the mean of its runs' Lagrangians over ``t ≥ late_from``;
+    a run's *gap* is its Lagrangian minus that reference; its first-passage time ``tau`` is the
+    first recorded flow time where the gap is ≤ ``level`` (NaN if never), and its mean rate
+    ``rate = log(gap(0)/level)/tau`` (what an exponential e^(−αt) from the start would need)."""
+    sigmas, reps = [float(v) for v in sigmas], [int(s) for s in reps]
+    grid = [(sg, s) for sg in sigmas for s in reps for _ in range(n_inits)]
+    samples = {s: demand.sample(n, stream(root, "relaxation-data", s)) for s in reps}
+    data = demand_batch([samples[s] for _, s, in grid])
+    run = mf.f2bmld(data, lam, replace(cfg, sigma=_tensor([g[0] for g in grid])), root,
+                    ("relaxation",))
+    t = run.steps * float(cfg.flow_step)
+    shape = (len(sigmas), len(reps), n_inits)
+    L = run.L_tracker.T.reshape(*shape, -1)
+    ref = L[..., t >= late_from].mean(-1).mean(-1)            # (σ, rep)
+    gap = L - ref[..., None, None]
+    tau = np.array([analysis.first_passage(t, g, level) for g in gap.reshape(-1, len(t))])
+    tau = tau.reshape(shape)
+    return {"t": t, "L": L, "gap": gap, "ref": ref, "tau": tau,
+            "rate": np.log(gap[..., 0] / level) / tau}
 
 
 def _sweep_data(root: int, reps, n: int, n_test: int):
@@ -128,7 +133,7 @@ def _baselines_point(seed: int, *, root: int, n: int, n_test: int) -> dict:
 
 
 def lambda_sweep(lams, reps, n: int, n_test: int, cfg: mf.F2BMLDConfig, root: int,
-                 flow_time: float, rho: float = 0.5, snapshot_at: tuple[int, ...] = ()):
+                 flow_time: float, snapshot_at: tuple[int, ...] = ()):
     """Test MSE of F²BMLD's structural function for every (λ, replicate in ``reps``) on the
     demand design (one training set per replicate, shared across λ), every λ run for the same
     flow time: its step is h = η/(1 + λ) and it takes ⌈flow_time / h⌉ steps. Sieve 2SLS and

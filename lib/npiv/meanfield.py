@@ -100,7 +100,10 @@ class MeanFieldNet:
     @staticmethod
     def init(batch: int, n_particles: int, dim: int, generator: torch.Generator,
              scale: float = 0.05, R: float = 4.0, dtype=DTYPE) -> MeanFieldNet:
-        """Particles drawn i.i.d. from N(0, scale² I) (the paper's small initialisation)."""
+        """Particles drawn i.i.d. from N(0, scale² I) (the paper's small initialisation);
+        ``scale`` is a number or one value per run, shape (B,)."""
+        scale = torch.as_tensor(scale, dtype=DTYPE)
+        scale = scale.reshape(-1, 1, 1) if scale.dim() else scale
         x = scale * torch.randn(batch, n_particles, dim + 2, generator=generator, dtype=DTYPE)
         return MeanFieldNet(x.to(dtype), R)
 
@@ -250,7 +253,7 @@ class F2BMLDConfig:
     zeta: float = 1e-3        # L2 weight ζ
     sigma: float = 1e-3       # temperature σ (μ_a and μ_w; μ_w̃ runs at λσ)
     R: float = 4.0
-    init_scale: float = 0.05
+    init_scale: float = 0.05  # or one value per run, shape (B,)
     inner_steps: int = 1      # steps of μ_w and μ_w̃ per step of μ_a
     polish_steps: int = 0     # extra steps on a copy of μ_w to measure min G (0: use μ_w)
     record_every: int = 10
