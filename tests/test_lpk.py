@@ -203,6 +203,19 @@ def test_bound_report_caps_loss(tiny):
     assert rep.lpk_bound == pytest.approx(rep.lpk_term + rep.confidence)
     big = L.bound_report(traj, tiny, loss_cap=1e6)
     assert big.gap == pytest.approx(big.gap_raw)
+    assert big.gap_clean == pytest.approx(big.gap)   # the split's own labels are the clean ones
+    # measured on the noisy distribution: the same run, the gap against the noisy test labels,
+    # gap_clean unchanged
+    noisy = tiny.with_noisy_test()
+    torch.testing.assert_close(noisy.y_test_clean, tiny.y_test)
+    torch.testing.assert_close(noisy.y_test, tiny.y_test_noisy)
+    rep_noisy = L.bound_report(traj, noisy, loss_cap=1e6)
+    lT = L.losses(traj.params, tiny.X_test, tiny.y_test_noisy).mean()
+    lS = L.losses(traj.params, tiny.X, tiny.y).mean()
+    assert rep_noisy.gap == pytest.approx(float(lT - lS), rel=1e-12)
+    assert rep_noisy.gap_clean == pytest.approx(big.gap, rel=1e-12)
+    with pytest.raises(ValueError):
+        noisy.with_noisy_test()
     with pytest.raises(ValueError):
         L.bound_report(traj, tiny, loss_cap=0.0)
 
@@ -221,8 +234,13 @@ def test_data():
     torch.testing.assert_close(a.X.norm(dim=1), torch.ones(100, dtype=L.DTYPE))
     assert set(a.y.tolist()) == {-1.0, 1.0} and a.flipped == 0
     # the 2023 protocol: ⌊n·p⌋ labels replaced by uniform ones, so about n·p/2 change
-    noisy = L.gaussian_mixture(4000, noise=0.5, n_test=10, root=0)
+    noisy = L.gaussian_mixture(4000, noise=0.5, n_test=4000, root=0)
     assert abs(noisy.flipped / 4000 - 0.25) < 0.02
+    # the test labels of the noisy distribution: the same protocol, about a quarter changed at p = 0.5
+    assert abs(float((noisy.y_test_noisy != noisy.y_test).double().mean()) - 0.25) < 0.02
+    torch.testing.assert_close(a.y_test_noisy, a.y_test)
+    d = L.digits_1v7(100, noise=1.0, root=1)
+    assert 0.3 < float((d.y_test_noisy != d.y_test).double().mean()) < 0.7
     with pytest.raises(ValueError):
         L.digits_1v7(400, root=0)
     with pytest.raises(ValueError):
