@@ -394,3 +394,18 @@ def test_two_layer_model_runs_its_layers_and_one_layer_is_unchanged():
     assert "tol=exact" not in prof and prof["max_excess"] <= 0 and prof["factored_rel_err"] < 1e-8
     with pytest.raises(ValueError, match="n_layers"):
         M.ModelConfig("gla", 3, n_layers=0)
+
+
+def test_spearman_rows_is_scipys_spearman_per_row():
+    from lib.ess.analysis import spearman_rows
+
+    rng = np.random.default_rng(5)
+    x = rng.integers(0, 4, size=(50, 9)).astype(float)          # ties
+    y = rng.normal(size=(50, 9))
+    got = spearman_rows(x, y)
+    for row in range(50):
+        if np.ptp(x[row]) == 0:
+            assert np.isnan(got[row])
+        else:
+            assert got[row] == pytest.approx(stats.spearmanr(x[row], y[row]).statistic, abs=1e-12)
+    assert np.isnan(spearman_rows(np.ones((1, 5)), y[:1, :5]))[0]

@@ -443,9 +443,9 @@ def run_delimited(d_k: int, n_pairs: int, seed: int, *, root: int, delimited: bo
     by the task they train on. Measured: accuracy; the tolerance-ESS (``tau``) and entropy-ESS
     profiles over positions (mean over ``n_ess`` sequences), the mean gate; per test sequence the
     drop after delimiters (:func:`delimiter_drops`, cap ``d_k``) of the tolerance-ESS
-    (``ess_drops``) and of the entropy-ESS (``entropy_drops``); and ``reset_entropy_drops``, the
-    entropy drops of the same model with a hard reset on the delimiter (:func:`with_hard_reset`,
-    the positive control)."""
+    (``ess_drops``) and of the entropy-ESS (``entropy_drops``); for the delimited arm also
+    ``reset_entropy_drops`` (and its profile), the entropy drops of the same model with a hard
+    reset on the delimiter (:func:`with_hard_reset`, the positive control)."""
     vocab = Vocab(n_keys=n_keys)
     cfg = ModelConfig("gla", d_k, d_model=d_model, vocab_size=vocab.size)
     full_length = n_segments * segment_length + n_segments - 1
@@ -457,15 +457,17 @@ def run_delimited(d_k: int, n_pairs: int, seed: int, *, root: int, delimited: bo
     tokens, targets, delims = delimited_mqar(stream(root, "delimited", "test", n_segments, n_pairs, seed),
                                              n_eval, n_pairs, n_segments, segment_length, vocab, p_absent)
     prof = task_ess(model, tokens[:n_ess], taus=(tau,))
-    reset = task_ess(with_hard_reset(model, vocab.delimiter), tokens[:n_ess], taus=(tau,))
     with torch.no_grad():
         _, log_a = model(torch.from_numpy(tokens[:n_ess]), return_gates=True)
     tol = prof[f"tol={tau:g}"]
-    return {"accuracy": accuracy(model, tokens, targets), "train_length": tc.length * tc.n_segments
+    out = {"accuracy": accuracy(model, tokens, targets), "train_length": tc.length * tc.n_segments
             + tc.n_segments - 1, "eval_length": int(tokens.shape[1]),
             "ess_profile": tol.mean(axis=0), "entropy_profile": prof["entropy"].mean(axis=0),
-            "reset_entropy_profile": reset["entropy"].mean(axis=0),
             "gate_profile": torch.exp(log_a).mean(dim=(0, 2)).numpy(), "delimiters": delims,
             "ess_drops": delimiter_drops(tol, delims, d_k),
-            "entropy_drops": delimiter_drops(prof["entropy"], delims, d_k),
-            "reset_entropy_drops": delimiter_drops(reset["entropy"], delims, d_k)}
+            "entropy_drops": delimiter_drops(prof["entropy"], delims, d_k)}
+    if delimited:        # the positive control: this model with a hard reset on the delimiter
+        reset = task_ess(with_hard_reset(model, vocab.delimiter), tokens[:n_ess], taus=(tau,))
+        out["reset_entropy_profile"] = reset["entropy"].mean(axis=0)
+        out["reset_entropy_drops"] = delimiter_drops(reset["entropy"], delims, d_k)
+    return out
