@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from lib.seeding import seed_torch
+from lib.seeding import seed_torch, stream
 
 
 def _sq_dists(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -221,3 +221,67 @@ class DFIV:
             zt = torch.as_tensor(np.asarray(z), dtype=torch.float64)
             f = torch.cat([self.psi(zt), torch.ones(len(zt), 1, dtype=torch.float64)], 1)
             return (f @ self.u).squeeze(1).numpy()
+
+
+@dataclass
+class AdamF2BMLD:
+    """F²BMLD as the authors' released code trains it: the same three objectives as the
+    mean-field version (μ_w on G, μ_w̃ on F + λG, μ_a on λ[G(·, w̃) − G(·, w)]), but each model a
+    ReLU network with two hidden layers of ``width`` units trained by Adam (``lr``, ``betas``,
+    L2 ``weight_decay``) without Langevin noise. Every iteration draws a stage-I minibatch for
+    ``inner_steps`` steps of w and then of w̃, and a separate stage-II minibatch for one step of
+    the treatment model (batches of ``batch`` transitions). Outcomes are used as given (for OPE,
+    unscaled rewards)."""
+
+    lam: float = 0.3
+    width: int = 50
+    iterations: int = 300
+    inner_steps: int = 10
+    batch: int = 32
+    lr: float = 1e-3
+    betas: tuple[float, float] = (0.5, 0.9)
+    weight_decay: float = 1e-5
+
+    def fit(self, z, W, Y, root: int, key: tuple = (), z_next=None, kappa=None):
+        """Fit; initialisation from the sub-stream ``("adam-f2bmld-init", *key)`` and minibatches
+        from ``("adam-f2bmld-batches", *key)`` of chapter seed ``root``."""
+        with torch.random.fork_rng():
+            seed_torch(root, "adam-f2bmld-init", *key)
+            self.a = _mlp(z.shape[1], self.width, 1)
+            w = _mlp(W.shape[1], self.width, 1)
+            wt = _mlp(W.shape[1], self.width, 1)
+        rng = stream(root, "adam-f2bmld-batches", *key)
+        t = lambda v: None if v is None else torch.as_tensor(np.asarray(v), dtype=torch.float32)  # noqa: E731
+        z, W, Y, z_next, kappa = t(z), t(W), t(Y), t(z_next), t(kappa)
+        opts = [torch.optim.Adam(m.parameters(), lr=self.lr, betas=self.betas,
+                                 weight_decay=self.weight_decay) for m in (self.a, w, wt)]
+
+        def treat(i):
+            out = self.a(z[i])[:, 0]
+            return out if z_next is None else out + kappa[i] * self.a(z_next[i])[:, 0]
+
+        def step(opt, loss):
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+        n = len(Y)
+        for _ in range(self.iterations):
+            i1, i2 = (torch.as_tensor(rng.choice(n, self.batch, replace=False)) for _ in range(2))
+            with torch.no_grad():
+                target = treat(i1)
+            for _ in range(self.inner_steps):   # stage I: w ≈ argmin G(a, ·)
+                step(opts[1], 0.5 * ((w(W[i1])[:, 0] - target) ** 2).mean())
+            for _ in range(self.inner_steps):   # w̃ ≈ argmin F + λ G(a, ·)
+                hwt = wt(W[i1])[:, 0]
+                step(opts[2], 0.5 * ((Y[i1] - hwt) ** 2).mean()
+                     + 0.5 * self.lam * ((hwt - target) ** 2).mean())
+            with torch.no_grad():               # stage II on its own batch
+                hw, hwt = w(W[i2])[:, 0], wt(W[i2])[:, 0]
+            ha = treat(i2)
+            step(opts[0], 0.5 * self.lam * (((hwt - ha) ** 2).mean() - ((hw - ha) ** 2).mean()))
+        return self
+
+    def predict(self, z) -> np.ndarray:
+        with torch.no_grad():
+            return self.a(torch.as_tensor(np.asarray(z), dtype=torch.float32))[:, 0].numpy()

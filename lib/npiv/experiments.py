@@ -213,3 +213,29 @@ def ope(noises, reps, n_episodes: int, n: int, lams, cfg: mf.F2BMLDConfig,
             "err": {k: np.abs(v - truth[:, None]) for k, v in est.items()},  # (noise, replicate)
             "est_f2bmld": est_f, "est": est,
             "n_transitions": np.array([len(p.Y) for p in P]).reshape(shape[1:])}
+
+
+def _released_point(gamma: float, seed: int, *, root: int, noise: float, n_episodes: int, n: int,
+                    model) -> dict:
+    """The released variant's policy-value estimate on the OPE problem of noise level ``noise``,
+    replicate ``seed`` and discount ``gamma`` (the logged data of :func:`ope`; unscaled rewards)."""
+    p = _ope_problem(root, noise, seed, n_episodes, n, gamma)
+    fit = model.fit(p.z, p.W, p.Y / (1 - gamma), root, ("ope-released", noise, gamma, seed),
+                    z_next=p.z_next, kappa=p.kappa)
+    return {"est": float(np.mean(fit.predict(p.z_start)))}
+
+
+def ope_released(gammas, noise: float, reps, n_episodes: int, n: int, model, root: int,
+                 n_starts: int = 1000) -> dict:
+    """F²BMLD as the authors' released code trains it (``model``, an
+    :class:`~lib.npiv.baselines.AdamF2BMLD`) on the logged data sets of :func:`ope` at noise
+    level ``noise`` (replicates ``reps``), for every discount in ``gammas``: its estimates and
+    the Monte-Carlo truths (the same start states as :func:`ope`). Each (γ, replicate) is one
+    :func:`lib.sweep.sweep` point."""
+    gammas, reps = [float(g) for g in gammas], [int(s) for s in reps]
+    est = sweep(partial(_released_point, root=root, noise=float(noise), n_episodes=n_episodes,
+                        n=n, model=model), {"gamma": gammas}, seeds=reps, desc="OPE released")
+    truth = np.array([cartpole.true_value(noise, stream(root, "ope-truth", noise), n_starts,
+                                          gamma=g) for g in gammas])
+    est = np.array([r["est"] for r in est], float).reshape(len(gammas), len(reps))
+    return {"truth": truth, "est": est, "rel_err": np.abs(est - truth[:, None]) / truth[:, None]}
