@@ -222,3 +222,114 @@ def test_realistic_training_stops_when_the_task_is_solved():
     model, solved = train(RealisticConfig(steps=400, target_accuracy=0.9, lr=3e-3, **kw),
                           dist, root=0)
     assert solved["id_accuracy"] >= 0.9 and solved["steps"] % 2 == 0 and solved["steps"] < 400
+
+
+# -- Theorems 5–6 in the population limit: the exact OOD decision and the threshold statistic --
+def _brute_force_all_right(dist, n_trg, n_vocab=128):
+    """Lemma 7's W_KQ at hard attention and the copying W_V, on one sequence per OOD
+    configuration with fillers all distinct from each other and from o; o is the last token,
+    so an exact tie with a filler (argmax takes the first index) counts as wrong."""
+    from lib.induction.data import sample_sequences
+    from lib.induction.one_layer import predict
+    from lib.induction.threshold import ood_configurations
+
+    ell, l1 = ood_configurations(dist.l_min, dist.l_max)
+    b = sample_sequences(np.random.default_rng(0), n_vocab, n_trg, l1, 2 * ell - l1)
+    t_max = b.tokens.shape[1]
+    distinct = n_trg + np.arange(t_max)              # fillers: all different, none is o
+    for i in range(len(b)):
+        keep = b.tokens[i] != PAD
+        fill = np.ones(t_max, bool)
+        fill[[b.l1[i], b.l1[i] + 1, b.length[i] - 1]] = False
+        b.tokens[i, fill & keep] = distinct[fill & keep]
+        b.tokens[i, b.l1[i] + 1] = b.target[i] = n_vocab - 1  # last: a tie goes to a filler
+    n_pos = 2 * dist.l_max + 4
+    emb = Embedding(n_pos, n_vocab)
+    w_kq = 1e7 * TH.lemma7_w_kq(dist, n_trg, n_vocab, n_pos)
+    w_v = np.zeros((n_vocab, emb.dim))
+    blk = emb.blocks()
+    w_v[:, blk["token"]] = np.eye(n_vocab)
+    w_v[:, blk["previous"]] = np.eye(n_vocab)
+    w_v[:n_trg] = 0.0
+    return bool(np.all(predict(emb, b, w_kq, w_v) == b.target))
+
+
+@pytest.mark.parametrize("a,b,n_trg", [(1, 2, 2), (3, 6, 2), (2, 9, 4), (4, 12, 4), (3, 5, 8),
+                                       (6, 20, 8), (1, 14, 3), (2, 3, 1)])
+def test_exact_ood_decision_matches_brute_force(a, b, n_trg):
+    from lib.induction.threshold import ood_all_right
+    d = LengthDist.uniform(a, b)
+    assert ood_all_right(d, n_trg) == _brute_force_all_right(d, n_trg)
+
+
+def test_ood_configurations_are_the_support_of_the_test():
+    from lib.induction.threshold import ood_configurations
+    ell, l1 = ood_configurations(2, 4)
+    got = set(zip(ell.tolist(), l1.tolist()))
+    l1s, l2s = ood_lengths(np.random.default_rng(3), 2, 4, 20_000)
+    assert got == set(zip(((l1s + l2s) // 2).tolist(), l1s.tolist()))
+
+
+def test_threshold_statistic_by_hand():
+    from lib.induction.threshold import threshold_statistic, window_family
+    s = threshold_statistic([0.1, 0.2, 0.3, 0.4], [True, True, False, False])
+    assert s["r_ok"] == 0.2 and s["r_fail"] == 0.3 and s["monotone"]
+    assert np.isclose(s["r_star"], np.sqrt(0.06))
+    s = threshold_statistic([0.1, 0.2, 0.3, 0.4], [True, False, True, False])
+    assert s["r_ok"] == 0.3 and s["r_fail"] == 0.2 and not s["monotone"]
+    assert np.isnan(threshold_statistic([0.1], [True])["r_fail"])
+    assert window_family(4) == [(1, 2), (1, 3), (1, 4), (2, 3), (2, 4), (3, 4)]
+
+
+def test_more_triggers_need_more_diverse_windows():
+    from lib.induction.threshold import ood_all_right
+    d = LengthDist.uniform(4, 30)
+    assert ood_all_right(d, 2) and not ood_all_right(d, 16)
+
+
+# -- Lemma 7 to next order and the batch-means error ------------------------------------------
+def test_next_order_weight_by_hand():
+    assert np.allclose(TH.next_order_weight(np.array([1, 3])), [3 / 25, 7 / 81])
+    d = LengthDist.uniform(3, 4)
+    w = np.array([7 / 81, 9 / 121])
+    assert np.isclose(TH.lemma7_ratio_next(d, 4), 4 * w.max() / w.sum())
+    assert TH.lemma7_ratio_next(LengthDist.point(5), 3) == 3.0
+
+
+def test_jackknife_se_of_a_mean_is_the_standard_error():
+    x = np.random.default_rng(4).normal(size=(10, 3))
+    se = E.jackknife_se(list(x), lambda m: float(m[0]))
+    assert np.isclose(se, x[:, 0].std(ddof=1) / np.sqrt(10))
+
+
+def test_chunks_out_average_to_the_step():
+    d = LengthDist.uniform(2, 4)
+    emb = Embedding(12, N)
+    parts = []
+    w_kq, _ = train_two_step(np.random.default_rng(5), emb, N_TRG, d, eta_v=1e3, eta_kq=1e4,
+                             m_v=400, m_kq=400, chunk=100, chunks_out=parts)
+    assert len(parts) == 4
+    assert torch.allclose(sum(parts) / 4, w_kq)
+
+
+def test_lemma7_tolerance_by_hand():
+    from scipy.stats import t as student_t
+    tol, q = E.lemma7_tolerance(np.array([2.0]), np.array([0.01]), n_vocab=32, n_trg=2,
+                                l_min=np.array([3]), n_chunks=8, n_tests=5)
+    assert np.isclose(q, student_t.ppf(1 - 1e-4, 7))
+    assert np.allclose(tol, 6 / (30 * 9) * 2.0 + q * 0.01)
+
+
+def test_realistic_fixed_schedule_records_the_ood_curve():
+    kw = dict(n_vocab=N, n_trg=1, n_pos=20, d_model=16, n_heads=2, batch=8, m_check=16,
+              check_every=2)
+    dist = LengthDist.uniform(2, 4)
+    test = sample_ood(np.random.default_rng(9), N, 1, 2, 4, 32)
+    cfg = RealisticConfig(steps=7, target_accuracy=0.0, early_stop=False, curve_every=3, **kw)
+    model, info = train(cfg, dist, root=0, ood_test=test)
+    assert info["steps"] == 7
+    assert [s for s, _ in info["curve"]] == [0, 3, 6, 7]
+    from lib.induction.realistic import evaluate as r_evaluate
+    assert info["curve"][-1][1] == r_evaluate(model, test)["accuracy"]
+    _, none = train(RealisticConfig(steps=3, **kw), dist, root=0, ood_test=test)
+    assert none["curve"] == []

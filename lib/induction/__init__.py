@@ -2,7 +2,9 @@
 
 - :mod:`.data`: the trigger–output task (Definition 1), length distributions, the OOD test.
 - :mod:`.one_layer`: the one-layer transformer of eq. (2.1) and Algorithm 1.
-- :mod:`.theory`: the max-sum ratio, Lemma 7's W_KQ, Proposition 8's linear program.
+- :mod:`.theory`: the max-sum ratio, Lemma 7's W_KQ (leading and next order), Proposition 8.
+- :mod:`.threshold`: Theorems 5–6 in the population limit: the exact OOD decision of Lemma 7's
+  matrix with hard attention, and the threshold statistic over every window.
 - :mod:`.realistic`: the 3-layer transformer of the paper's Fig. 4, trained with AdamW.
 - :mod:`.experiments`: the grids the chapter sweeps (one cell = train, then test).
 """

@@ -127,16 +127,53 @@ def ratio_grid(n_trg: int, l_lo: int, l_hi: int) -> np.ndarray:
 
 
 def lemma7_point(n_trg: int, dist: LengthDist, *, root: int, n_vocab: int, n_pos: int,
-                 m: int, eta_v: float = 1e3, eta_kq: float = 1e4) -> dict:
+                 m: int, eta_v: float = 1e3, eta_kq: float = 1e4, n_chunks: int = 32) -> dict:
     """Algorithm 1 with a large sample ``m`` (the "population" version): the measured
     (largest positional entry)/(induction entry) of ``W_KQ`` beside ``N_trg·R`` and Lemma 7's
-    exact leading-order ratio. The samples come from stream ``("lemma7", n_trg, n_vocab,
-    lengths, probabilities)`` of the chapter seed ``root``."""
-    from lib.induction.theory import lemma7_ratio, measured_ratio
+    exact leading-order ratio, its next-order ratio (:func:`lib.induction.theory.lemma7_ratio_next`)
+    and ``se``, the jackknife standard error of the measured ratio over ``n_chunks`` batch means
+    of the ``W_KQ`` step (the ``W_V`` step is shared by all of them). The samples come from
+    stream ``("lemma7", n_trg, n_vocab, lengths, probabilities)`` of the chapter seed
+    ``root``."""
+    from lib.induction.theory import lemma7_ratio, lemma7_ratio_next, measured_ratio
 
     rng = stream(root, "lemma7", n_trg, n_vocab, dist.lengths, dist.probs)
+    parts: list = []
     w_kq, _ = train_two_step(rng, Embedding(n_pos, n_vocab), n_trg, dist, eta_v=eta_v,
-                             eta_kq=eta_kq, m_v=m, m_kq=m)
+                             eta_kq=eta_kq, m_v=m, m_kq=m, chunk=max(1, m // n_chunks),
+                             chunks_out=parts)
     measured = measured_ratio(w_kq.numpy(), n_pos, n_vocab, n_trg)
+    se = jackknife_se([p.numpy() for p in parts],
+                      lambda w: measured_ratio(w, n_pos, n_vocab, n_trg)["ratio"])
     return {"n_trg_R": n_trg * max_sum_ratio(dist), "lemma7": lemma7_ratio(dist, n_trg),
-            "measured": measured["ratio"]}
+            "next_order": lemma7_ratio_next(dist, n_trg), "measured": measured["ratio"],
+            "se": se}
+
+
+def jackknife_se(parts, statistic) -> float:
+    """Delete-one jackknife standard error of ``statistic(mean of parts)`` over equal-sized
+    parts (batch means): ``sqrt((g−1)/g · Σ (θ_(i) − θ̄)²)``."""
+    g = len(parts)
+    if g < 2:
+        return float("nan")
+    total = np.sum(parts, axis=0)
+    theta = np.array([statistic((total - p) / (g - 1)) for p in parts])
+    return float(np.sqrt((g - 1) / g * np.sum((theta - theta.mean()) ** 2)))
+
+
+def lemma7_tolerance(next_order, se, *, n_vocab: int, n_trg: int, l_min: int, n_chunks: int,
+                     n_tests: int, false_alarm: float = 1e-3):
+    """Allowed ``|measured − next order|`` for the next-order Lemma 7 ratio: the dropped
+    filler term plus sampling error.
+
+    Fillers equal to ``o`` (each of the ``2ℓ`` with probability ``1/(N−N_trg)``) raise ``v̄`` by
+    ``(4ℓ/T)·v_o/(N−N_trg) = (2/(N−N_trg))(1 − 3/T) v_o``; the constant part scales every
+    length alike and cancels in the ratio, the rest changes it by at most a relative
+    ``6/((N−N_trg) T(ℓ_min))``. Sampling: a Student-t quantile with ``n_chunks − 1`` degrees
+    of freedom at two-sided ``false_alarm/n_tests`` (Bonferroni over the tested pairs) times
+    the jackknife standard error."""
+    from scipy.stats import t as student_t
+
+    quantile = float(student_t.ppf(1 - false_alarm / (2 * n_tests), n_chunks - 1))
+    bias = 6.0 / ((n_vocab - n_trg) * (2 * np.asarray(l_min) + 3))
+    return bias * np.abs(np.asarray(next_order)) + quantile * np.asarray(se), quantile

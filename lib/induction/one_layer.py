@@ -149,12 +149,15 @@ def _grads_at_zero_kq(emb: Embedding, batch: Batch, w_v: torch.Tensor, kq: bool 
 
 def train_two_step(rng: np.random.Generator, emb: Embedding, n_trg: int, dist: LengthDist, *,
                    eta_v: float, eta_kq: float, m_v: int, m_kq: int,
-                   chunk: int = 16384) -> tuple[torch.Tensor, torch.Tensor]:
+                   chunk: int = 16384, chunks_out: list | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
     """Algorithm 1: returns ``(W_KQ, W_V)`` (float64) after the two steps.
 
     ``m_v`` and ``m_kq`` fresh pretraining sequences for the two steps, streamed in chunks of
     ``chunk``, so a "population" run (``m ~ 10⁶``) needs little memory. Gradients are the
-    closed forms above (tested against autograd in :func:`reference_grad`).
+    closed forms above (tested against autograd in :func:`reference_grad`). If ``chunks_out``
+    is a list, the ``W_KQ`` step of each chunk alone (``−η_KQ`` × its mean gradient) is appended
+    to it, for batch-means errors of what the step estimates.
     """
     if 2 * dist.l_max + 3 > emb.n_pos:
         raise ValueError(f"n_pos={emb.n_pos} is too small for ℓ_max={dist.l_max} "
@@ -169,7 +172,10 @@ def train_two_step(rng: np.random.Generator, emb: Embedding, n_trg: int, dist: L
     grad = torch.zeros(D, D, dtype=torch.float64)
     for start in range(0, m_kq, chunk):
         batch = sample_train(rng, N, n_trg, dist, min(chunk, m_kq - start))
-        grad += _grads_at_zero_kq(emb, batch, w_v)[1]
+        part = _grads_at_zero_kq(emb, batch, w_v)[1]
+        grad += part
+        if chunks_out is not None:
+            chunks_out.append(-eta_kq * part / len(batch))
     return -eta_kq * grad / m_kq, w_v
 
 

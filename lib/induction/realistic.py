@@ -32,6 +32,8 @@ class RealisticConfig:
     target_accuracy: float = 0.99  # in-distribution accuracy at which training stops
     check_every: int = 50  # steps between in-distribution checks
     m_check: int = 512  # held-out pretraining sequences per check
+    early_stop: bool = True  # False: a fixed schedule of ``steps`` steps, whatever the accuracy
+    curve_every: int = 0  # steps between OOD evaluations along training (0: none)
 
 
 class Block(nn.Module):
@@ -72,12 +74,15 @@ def _tensors(batch: Batch):
     return torch.as_tensor(batch.tokens), torch.as_tensor(batch.length)
 
 
-def train(cfg: RealisticConfig, dist: LengthDist, *, root: int,
-          rep: int = 0) -> tuple[Transformer, dict]:
+def train(cfg: RealisticConfig, dist: LengthDist, *, root: int, rep: int = 0,
+          ood_test: Batch | None = None) -> tuple[Transformer, dict]:
     """Train a fresh model with AdamW on batches of fresh pretraining sequences until it solves
     the in-distribution task (accuracy ≥ ``cfg.target_accuracy`` on ``cfg.m_check`` held-out
     pretraining sequences, checked every ``cfg.check_every`` steps) or ``cfg.steps`` steps
-    have passed. Returns the model and ``{"steps", "id_accuracy"}`` at the end.
+    have passed; with ``cfg.early_stop = False`` it runs all ``cfg.steps`` steps. Returns the
+    model and ``{"steps", "id_accuracy", "curve"}`` at the end; ``curve`` lists
+    ``(step, OOD accuracy on ood_test)`` every ``cfg.curve_every`` steps (and at step 0 and
+    the last step) when both are given, else it is empty.
 
     The initialisation, the training batches and the held-out sequences come from streams
     ``("realistic-init" | "realistic-train" | "realistic-held-out", ℓ_min, ℓ_max, rep)`` of
@@ -91,8 +96,10 @@ def train(cfg: RealisticConfig, dist: LengthDist, *, root: int,
     seed_torch(root, "realistic-init", *key)
     model = Transformer(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    track = ood_test is not None and cfg.curve_every > 0
+    curve = [(0, evaluate(model, ood_test)["accuracy"])] if track else []
     step, id_accuracy = 0, evaluate(model, held_out)["accuracy"]
-    while step < cfg.steps and id_accuracy < cfg.target_accuracy:
+    while step < cfg.steps and (id_accuracy < cfg.target_accuracy or not cfg.early_stop):
         batch = sample_train(rng, cfg.n_vocab, cfg.n_trg, dist, cfg.batch)
         loss = nn.functional.cross_entropy(model(*_tensors(batch)),
                                            torch.as_tensor(batch.target))
@@ -102,7 +109,11 @@ def train(cfg: RealisticConfig, dist: LengthDist, *, root: int,
         step += 1
         if step % cfg.check_every == 0 or step == cfg.steps:
             id_accuracy = evaluate(model, held_out)["accuracy"]
-    return model, {"steps": step, "id_accuracy": id_accuracy}
+        if track and (step % cfg.curve_every == 0 or step == cfg.steps):
+            curve.append((step, evaluate(model, ood_test)["accuracy"]))
+    if track and curve[-1][0] != step:
+        curve.append((step, evaluate(model, ood_test)["accuracy"]))
+    return model, {"steps": step, "id_accuracy": id_accuracy, "curve": curve}
 
 
 @torch.no_grad()
@@ -120,12 +131,13 @@ def evaluate(model: Transformer, batch: Batch) -> dict:
 def realistic_cell(l_min: int, l_max: int, seed: int, *, root: int, m_test: int = 1024,
                    **config) -> dict:
     """One cell of Fig. 4: train on ``Unif{l_min..l_max}`` (see :func:`train`), test on the OOD
-    distribution: accuracy, pseudo and leftmost rates, steps taken and final in-distribution
-    accuracy. ``seed`` is the replicate index and ``root`` the chapter seed; the OOD test comes
-    from stream ``("realistic-ood-test", l_min, l_max, seed)``."""
+    distribution: accuracy, pseudo and leftmost rates, steps taken, final in-distribution
+    accuracy and the OOD accuracy along training (``curve``, see :func:`train`). ``seed`` is
+    the replicate index and ``root`` the chapter seed; the OOD test comes from stream
+    ``("realistic-ood-test", l_min, l_max, seed)``."""
     cfg = RealisticConfig(**config)
     dist = LengthDist.uniform(l_min, l_max)
-    model, info = train(cfg, dist, root=root, rep=seed)
     test = sample_ood(stream(root, "realistic-ood-test", l_min, l_max, seed), cfg.n_vocab,
                       cfg.n_trg, l_min, l_max, m_test)
+    model, info = train(cfg, dist, root=root, rep=seed, ood_test=test)
     return {**evaluate(model, test), **info}

@@ -51,6 +51,26 @@ def lemma7_ratio(dist: LengthDist, n_trg: int) -> float:
     return n_trg * max_sum_ratio(dist, distance=sequence_length)
 
 
+def next_order_weight(ell):
+    """Lemma 7's weight of a length to next order in ``1/T``: ``(T−2)/T²``, ``T = 2ℓ+3``.
+
+    The gradient of the output key ``ℓ+2`` is ``(1/T)(v_{ℓ+2} − v̄)``. To leading order only the
+    two keys that carry ``o`` raise its logit, ``ℓ+2`` (token ``o``) and ``ℓ+3`` (previous token
+    ``o``), with the same value ``v_o`` (the token and previous-token diagonals of ``W_V`` after
+    step 1 are equal: each sequence has one ``o`` token and one ``o`` previous token). So
+    ``v̄ = 2 v_o/T`` and ``E[v_{ℓ+2} − v̄] = v_o (1 − 2/T)``: every length's weight ``1/T`` becomes
+    ``(1 − 2/T)/T``, in the positional and in the induction entry alike. Fillers equal to ``o``
+    add a further relative ``O(1/N)``."""
+    T = sequence_length(ell).astype(float)
+    return (T - 2) / T**2
+
+
+def lemma7_ratio_next(dist: LengthDist, n_trg: int) -> float:
+    """The ratio of Lemma 7 to next order: ``N_trg · max(q_ℓ w_ℓ) / Σ q_ℓ w_ℓ`` with
+    ``w_ℓ = (T−2)/T²`` (:func:`next_order_weight`)."""
+    return n_trg * max_sum_ratio(dist, distance=lambda ell: 1.0 / next_order_weight(ell))
+
+
 def lemma7_w_kq(dist: LengthDist, n_trg: int, n_vocab: int, n_pos: int) -> np.ndarray:
     """Lemma 7's leading-order ``W_KQ`` (``D × D``, up to a positive factor):
     ``E_{ℓ,w}[(1/T)(p_{ℓ+2} + p_{ℓ+3} + ẽ_w)(p_T + e_w)ᵀ]``, in the layout of
