@@ -199,10 +199,13 @@ class Phalanx(nn.Module):
     """The Phalanx mixer: per head (16 channels) one decay ``a = σ(W_a x + b_a)``; per channel a
     sigmoid pre-gate ``B``, a linear post-gate ``C`` and values ``V``;
     ``h = SWR(a, B ⊙ V)``, ``y = C ⊙ h + V``, ``out = W_o y``. ``bc_heads`` < heads shares
-    B and C across groups of heads (GQA-style)."""
+    B and C across groups of heads (GQA-style). ``full=True`` replaces the truncated SWR by the
+    full recurrence (:func:`kernels.swr.scan`): the same layer without truncation, the arm that
+    measures what truncation costs."""
 
     def __init__(self, d: int, block: int = 16, bc_heads: int | None = None,
-                 decay_range: tuple[float, float] = (0.5, 0.95), impl: str = "auto"):
+                 decay_range: tuple[float, float] = (0.5, 0.95), impl: str = "auto",
+                 full: bool = False):
         super().__init__()
         if d % HEAD_DIM:
             raise ValueError(f"d_model must be a multiple of {HEAD_DIM}, got {d}")
@@ -210,7 +213,7 @@ class Phalanx(nn.Module):
         self.bc_heads = bc_heads or self.heads
         if self.heads % self.bc_heads:
             raise ValueError(f"bc_heads={self.bc_heads} must divide heads={self.heads}")
-        self.block, self.impl = block, impl
+        self.block, self.impl, self.full = block, impl, full
         self.decay = nn.Linear(d, self.heads)
         self.bc = nn.Linear(d, 2 * self.bc_heads * HEAD_DIM)
         self.value = nn.Linear(d, d, bias=False)
@@ -229,29 +232,40 @@ class Phalanx(nn.Module):
         b = torch.sigmoid(b).repeat_interleave(rep, dim=2)
         c = c.repeat_interleave(rep, dim=2)
         v = self.value(x).view(B_, L, self.heads, HEAD_DIM)
-        h = swr(a.contiguous(), (b * v).transpose(1, 2).contiguous(), block=self.block, impl=self.impl)
+        u = (b * v).transpose(1, 2).contiguous()
+        h = scan(a.contiguous(), u) if self.full else swr(a.contiguous(), u, block=self.block,
+                                                          impl=self.impl)
         y = c * h.transpose(1, 2) + v
         return self.out(y.reshape(B_, L, d))
 
 
-MIXERS = {"attention": "G", "swa": "S", "phalanx": "P"}
+MIXERS = {"attention": "G", "swa": "S", "phalanx": "P", "phalanx-full": "F", "swa-wide": "W"}
 
 
-def make_mixer(kind: str, d: int, block: int) -> nn.Module:
+def make_mixer(kind: str, d: int, block: int, wide_block: int | None = None) -> nn.Module:
+    """``G`` full attention, ``S`` SWA over the jagged window of ``block``, ``P`` Phalanx, ``F``
+    Phalanx with the full (untruncated) scan, ``W`` SWA over the jagged window of ``wide_block``
+    (default ``4·block``)."""
     if kind == "G":
         return Attention(d)
     if kind == "S":
         return Attention(d, window=block)
+    if kind == "W":
+        return Attention(d, window=wide_block or 4 * block)
     if kind == "P":
         return Phalanx(d, block=block)
-    raise ValueError(f"mixer code must be G (attention), S (SWA) or P (Phalanx), got {kind!r}")
+    if kind == "F":
+        return Phalanx(d, block=block, full=True)
+    raise ValueError(f"mixer code must be G (attention), S (SWA), W (wide SWA), P (Phalanx) or "
+                     f"F (Phalanx, full scan), got {kind!r}")
 
 
 class Block(nn.Module):
-    def __init__(self, kind: str, d: int, block: int, mlp_ratio: float):
+    def __init__(self, kind: str, d: int, block: int, mlp_ratio: float,
+                 wide_block: int | None = None):
         super().__init__()
         self.norm1, self.norm2 = RMSNorm(d), RMSNorm(d)
-        self.mixer = make_mixer(kind, d, block)
+        self.mixer = make_mixer(kind, d, block, wide_block)
         self.mlp = SwiGLU(d, int(mlp_ratio * d))
 
     def forward(self, x):
@@ -261,16 +275,17 @@ class Block(nn.Module):
 
 class Decoder(nn.Module):
     """Byte-level pre-norm decoder; ``pattern`` names each layer's mixer: ``G`` full attention,
-    ``S`` sliding-window attention, ``P`` Phalanx (e.g. ``"SSSG"``: an SWA 3:1 hybrid)."""
+    ``S`` sliding-window attention, ``P`` Phalanx (e.g. ``"SSSG"``: an SWA 3:1 hybrid), ``F``
+    Phalanx with the full scan, ``W`` SWA over the wider jagged window of ``wide_block``."""
 
     def __init__(self, pattern: str, d_model: int = 64, block: int = 16, mlp_ratio: float = 8 / 3,
-                 vocab: int = 256):
+                 vocab: int = 256, wide_block: int | None = None):
         super().__init__()
-        if not pattern or set(pattern) - {"G", "S", "P"}:
-            raise ValueError(f"pattern must be a non-empty string over G/S/P, got {pattern!r}")
+        if not pattern or set(pattern) - set(MIXERS.values()):
+            raise ValueError(f"pattern must be a non-empty string over G/S/P/F/W, got {pattern!r}")
         self.pattern = pattern
         self.embed = nn.Embedding(vocab, d_model)
-        self.blocks = nn.ModuleList(Block(k, d_model, block, mlp_ratio) for k in pattern)
+        self.blocks = nn.ModuleList(Block(k, d_model, block, mlp_ratio, wide_block) for k in pattern)
         self.norm = RMSNorm(d_model)
         nn.init.normal_(self.embed.weight, std=0.02)
 
@@ -292,6 +307,15 @@ def hybrid_pattern(local: str, n_layers: int, ratio: int = 3) -> str:
 # ---------------------------------------------------------------------------------------------
 # training
 # ---------------------------------------------------------------------------------------------
+def unigram_loss(corpus: Corpus) -> float:
+    """Cross-entropy (nats/byte) of the validation bytes under the training bytes' frequencies
+    (add-one smoothing over the 256 byte values): the loss of a model that ignores context, the
+    level a language model must get well below before a comparison of mixers means anything."""
+    counts = torch.bincount(corpus.train.flatten().long(), minlength=256).double() + 1.0
+    logp = torch.log(counts / counts.sum())
+    return float(-logp[corpus.valid.flatten().long()].mean())
+
+
 @torch.no_grad()
 def evaluate(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, batch: int = 32) -> float:
     """Mean next-byte cross-entropy (nats) over the fixed validation windows."""
@@ -308,7 +332,7 @@ def evaluate(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, batc
 
 def train_lm(pattern: str, corpus: Corpus, *, root: int, rep: int = 0, steps: int, batch: int,
              seq_len: int, d_model: int = 64, block: int = 16, lr: float = 3e-3, eval_every: int = 50,
-             valid_windows: int = 64, threads: int | None = 1) -> dict:
+             valid_windows: int = 64, threads: int | None = 1, wide_block: int | None = None) -> dict:
     """Train replicate ``rep`` of one model; returns validation loss curve, final loss, tokens/s,
     parameter count. Draws come from chapter seed ``root``: the initialisation from the sub-stream
     ``("lm-init", pattern, rep)``, the training batches from ``("lm-batches", rep)``, shared by
@@ -322,7 +346,7 @@ def train_lm(pattern: str, corpus: Corpus, *, root: int, rep: int = 0, steps: in
     try:
         return _train(pattern, corpus, root=root, rep=rep, steps=steps, batch=batch, seq_len=seq_len,
                       d_model=d_model, block=block, lr=lr, eval_every=eval_every,
-                      valid_windows=valid_windows)
+                      valid_windows=valid_windows, wide_block=wide_block)
     finally:
         torch.set_num_threads(previous)
 
@@ -341,9 +365,9 @@ def lm_point(pattern: str, seed: int, *, root: int, corpus_sha256: dict[str, str
 
 
 def _train(pattern, corpus, *, root, rep, steps, batch, seq_len, d_model, block, lr, eval_every,
-           valid_windows) -> dict:
+           valid_windows, wide_block=None) -> dict:
     seed_torch(root, "lm-init", pattern, rep)
-    model = Decoder(pattern, d_model=d_model, block=block)
+    model = Decoder(pattern, d_model=d_model, block=block, wide_block=wide_block)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
     warmup = max(1, steps // 10)
     sched = torch.optim.lr_scheduler.LambdaLR(

@@ -140,3 +140,39 @@ def test_lm_point_trains_on_the_named_corpus_and_refuses_another():
     assert r["valid_loss"] == M.train_lm("PG", c, root=5, rep=3, **kw)["valid_loss"]
     with pytest.raises(ValueError, match="standard-library sources differ"):
         M.lm_point("PG", 3, root=5, corpus_sha256={**c.hashes, "bisect": "0" * 64}, **kw)
+
+
+def test_full_scan_phalanx_is_the_untruncated_recurrence():
+    """With the full scan the layer equals its SWR twin on sequences within two blocks (where
+    the window holds everything) and differs beyond."""
+    torch.manual_seed(0)
+    trunc = M.Phalanx(32, block=4)
+    full = M.Phalanx(32, block=4, full=True)
+    full.load_state_dict(trunc.state_dict())
+    x = torch.randn(2, 8, 32)
+    assert torch.allclose(trunc(x), full(x), atol=1e-6)
+    x = torch.randn(2, 40, 32)
+    assert not torch.allclose(trunc(x), full(x), atol=1e-4)
+
+
+def test_wide_swa_sees_more_than_narrow():
+    torch.manual_seed(1)
+    narrow = M.make_mixer("S", 32, 4)
+    wide = M.make_mixer("W", 32, 4, wide_block=16)
+    wide.load_state_dict(narrow.state_dict())
+    x = torch.randn(1, 16, 32)
+    assert not torch.allclose(narrow(x), wide(x), atol=1e-5)
+    full = M.make_mixer("G", 32, 4)
+    full.load_state_dict(narrow.state_dict())
+    assert torch.allclose(wide(x), full(x), atol=1e-5)  # 16 tokens: one wide block sees all
+    model = M.Decoder("FFWG", d_model=32, block=4, wide_block=8)
+    assert model(torch.zeros(1, 9, dtype=torch.long)).shape == (1, 9, 256)
+
+
+def test_unigram_loss_by_hand():
+    c = M.Corpus(train=torch.tensor([0, 0, 1]), valid=torch.tensor([0, 1]), hashes={}, n_bytes=5)
+    counts = np.ones(256)
+    counts[0] += 2
+    counts[1] += 1
+    p = counts / counts.sum()
+    assert np.isclose(M.unigram_loss(c), -(np.log(p[0]) + np.log(p[1])) / 2)
