@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -36,7 +37,8 @@ INTEGRATION_CALLS = ("companion(", "papermill(", "subprocess.", "execute_noteboo
 def pytest_collection_modifyitems(config, items):
     """Mark every test that starts a process (directly, or through a fixture or helper named
     above) as ``integration``, so ``make test-fast`` (``-m "not slow and not browser and not
-    integration"``) is the unit tier: in-process, no kernel, no cluster, no build."""
+    integration"``) is the unit tier: in-process, no kernel, no cluster, no build. Then move the
+    tests that read the default book to the end (a stable sort: the order is otherwise kept)."""
     for item in items:
         if item.get_closest_marker("integration"):
             continue
@@ -47,6 +49,8 @@ def pytest_collection_modifyitems(config, items):
         if INTEGRATION_FIXTURES & set(getattr(item, "fixturenames", ())) or \
                 any(call in source for call in INTEGRATION_CALLS):
             item.add_marker(pytest.mark.integration)
+    # The tests that read the default book go last: its build runs in the background meanwhile.
+    items[:] = sorted(items, key=lambda item: "default_book" in getattr(item, "fixturenames", ()))
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -79,11 +83,44 @@ def project(tmp_path: Path) -> Path:
     return root
 
 
+#: The default book's build: `companion build` at the default profile runs what is stale (two
+#: chapters at a time, one core each: most chapters train small models one Python step at a time,
+#: so two share the machine better than one uses both cores) and builds _build/html.
+DEFAULT_BOOK = ("build", "--profile", "default", "--jobs", "2")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _default_book_build(request, tmp_path_factory):
+    """Start the default book's build in the background when the session starts, if a selected
+    test reads it. The tests that read it run last (``pytest_collection_modifyitems``), so the
+    rest of the suite, one process at a time, shares the cores with the build instead of waiting
+    for it. A session that ends early (``-x``, Ctrl-C) stops the build."""
+    if not any("default_book" in getattr(item, "fixturenames", ()) for item in request.session.items):
+        yield None
+        return
+    logs = tmp_path_factory.mktemp("default-book")
+    with (logs / "stdout").open("w+") as out, (logs / "stderr").open("w+") as err:
+        proc = subprocess.Popen([str(BIN / "companion"), *DEFAULT_BOOK], cwd=ROOT, text=True, stdout=out,
+                                stderr=err, env={**os.environ, "COMPANION_ROOT": str(ROOT)},
+                                start_new_session=True)
+        try:
+            yield proc, out, err
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(timeout=120)
+
+
 @pytest.fixture(scope="session")
-def default_book() -> subprocess.CompletedProcess:
-    """`companion build` at the default profile: runs what is stale (two chapters at a time, one
-    core each: most chapters train small models one Python step at a time, so two share the
-    machine better than one uses both cores), builds _build/html."""
-    out = companion("build", "--profile", "default", "--jobs", "2", timeout=3600)
+def default_book(_default_book_build) -> subprocess.CompletedProcess:
+    """The default book's build (started when the session began), once it has finished."""
+    if _default_book_build is None:  # not foreseen at collection: build now
+        out = companion(*DEFAULT_BOOK, timeout=3600)
+    else:
+        proc, stdout, stderr = _default_book_build
+        proc.wait(timeout=3600)
+        stdout.seek(0)
+        stderr.seek(0)
+        out = subprocess.CompletedProcess(proc.args, proc.returncode, stdout.read(), stderr.read())
     print(out.stdout[-3000:])
     return out

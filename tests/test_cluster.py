@@ -64,9 +64,11 @@ async def dask_setup(worker):
 @pytest.fixture(scope="module")
 def project(tmp_path_factory) -> Path:
     """A copy of what a chapter run reads: lib/, kernels/, the chapters, their profiles and the
-    pinned environment files."""
+    pinned environment files. Numba's on-disk cache of the compiled kernels comes along (copied
+    with the sources' modification times, which its index checks), so the cluster run does not
+    compile them again; the point store is what this test empties."""
     root = tmp_path_factory.mktemp("cluster") / "project"
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints")
+    ignore = shutil.ignore_patterns("*.pyc", ".ipynb_checkpoints")
     for d in ("lib", "kernels", "book/chapters", "book/params"):
         shutil.copytree(ROOT / d, root / d, ignore=ignore)
     for name in ("pyproject.toml", "constraints.txt"):
