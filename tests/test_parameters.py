@@ -261,7 +261,7 @@ PROBES = [
     ("08", "n_seeds", "0"), ("08", "Ns", "[]"), ("08", "Ns", "[1000000000000]"),
     ("08", "beta", "nan"), ("08", "beta", "-inf"), ("08", "beta", "inf"),
     ("07", "tau", "1.5"), ("07", "n", "-5"), ("06", "width", "0"),
-    ("01", "n_vocab", "8"), ("01", "transition_grid", "[60]"), ("01", "realistic_d_model", "50"),
+    ("01", "n_vocab", "8"), ("01", "threshold_l_hi", "2"), ("01", "realistic_d_model", "50"),
     ("02", "rhos", "[1.0]"), ("02", "d_model", "40"), ("02", "bench_passes", "[fwd, back]"),
     ("03", "conv_lams", "[1.0]"), ("03", "sweep_lams", "[0.1, 1.0]"), ("03", "ope_gamma", "1"),
     ("09", "tau", "0.05"), ("09", "steps", "10"), ("09", "mixers", "[bogus]"),
