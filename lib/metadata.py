@@ -406,36 +406,3 @@ def train_point(reps, seed: int = 0, *, dms, root: int, grammar: Grammar, eval_s
             runs.append({"rep": rep, "dm": dm, "hist": hist, "masked": masked, "given": given, "probes": probes,
                          "grammatical_true": ok_true, "grammatical_any": ok_any})
     return {"runs": runs}
-
-
-@dataclass(frozen=True)
-class SeedTest:
-    """A one-sided Student-t test of per-seed (paired) differences, at a false-alarm rate ``alpha``:
-    ``mean``, ``se``, ``t = mean / se``, the critical value ``crit`` (n − 1 degrees of freedom) and
-    ``mde``, the smallest true mean the test detects with probability ``power`` at that rate
-    (``(crit + t_power) · se``, the standard-error scale of this experiment)."""
-
-    mean: float
-    se: float
-    t: float
-    crit: float
-    mde: float
-    n: int
-
-    def above(self) -> bool:  # the mean is significantly > 0
-        return self.t > self.crit
-
-    def below(self) -> bool:  # the mean is significantly < 0
-        return self.t < -self.crit
-
-
-def seed_test(differences, alpha: float, power: float = 0.8) -> SeedTest:
-    """:class:`SeedTest` of per-seed differences (at least two)."""
-    from scipy import stats as st
-
-    d = np.asarray(differences, dtype=float)
-    n = len(d)
-    mean, se = float(d.mean()), float(d.std(ddof=1) / np.sqrt(n))
-    crit = float(st.t.isf(alpha, n - 1))
-    t = mean / se if se > 0 else (0.0 if mean == 0 else np.sign(mean) * np.inf)
-    return SeedTest(mean, se, float(t), crit, (crit + float(st.t.isf(1 - power, n - 1))) * se, n)

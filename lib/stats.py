@@ -10,11 +10,15 @@ One helper per kind of interval:
 * :func:`geometric_ci` — geometric mean and interval (positive quantities, log axes);
 * :func:`bootstrap_mean` — percentile bootstrap of a mean (heavy-tailed positive costs);
   :func:`bootstrap_slope_se` — bootstrap standard error of a fitted log-log slope.
+
+Tests over seeds: :func:`seed_test` (one-sided Student-t of paired per-seed differences, with the
+smallest effect it detects); :func:`jackknife_se` (delete-one error over batch means).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 from scipy import stats
@@ -117,3 +121,47 @@ def softmax(logits: np.ndarray, axis: int = -1) -> np.ndarray:
     z = np.asarray(logits, float)
     e = np.exp(z - z.max(axis=axis, keepdims=True))
     return e / e.sum(axis=axis, keepdims=True)
+
+
+# -- tests over seeds, and resampling errors -----------------------------------------------------
+
+@dataclass(frozen=True)
+class SeedTest:
+    """A one-sided Student-t test of per-seed (paired) differences, at a false-alarm rate ``alpha``:
+    ``mean``, ``se``, ``t = mean / se``, the critical value ``crit`` (n − 1 degrees of freedom) and
+    ``mde``, the smallest true mean the test detects with probability ``power`` at that rate
+    (``(crit + t_power) · se``, the standard-error scale of this experiment)."""
+
+    mean: float
+    se: float
+    t: float
+    crit: float
+    mde: float
+    n: int
+
+    def above(self) -> bool:  # the mean is significantly > 0
+        return self.t > self.crit
+
+    def below(self) -> bool:  # the mean is significantly < 0
+        return self.t < -self.crit
+
+
+def seed_test(differences, alpha: float, power: float = 0.8) -> SeedTest:
+    """:class:`SeedTest` of per-seed differences (at least two)."""
+    d = np.asarray(differences, dtype=float)
+    n = len(d)
+    mean, se = float(d.mean()), float(d.std(ddof=1) / np.sqrt(n))
+    crit = float(stats.t.isf(alpha, n - 1))
+    t = mean / se if se > 0 else (0.0 if mean == 0 else np.sign(mean) * np.inf)
+    return SeedTest(mean, se, float(t), crit, (crit + float(stats.t.isf(1 - power, n - 1))) * se, n)
+
+
+def jackknife_se(parts, statistic) -> float:
+    """Delete-one jackknife standard error of ``statistic(mean of parts)`` over equal-sized
+    parts (batch means): ``sqrt((g−1)/g · Σ (θ_(i) − θ̄)²)``."""
+    g = len(parts)
+    if g < 2:
+        return float("nan")
+    total = np.sum(parts, axis=0)
+    theta = np.array([statistic((total - p) / (g - 1)) for p in parts])
+    return float(np.sqrt((g - 1) / g * np.sum((theta - theta.mean()) ** 2)))

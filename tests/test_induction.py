@@ -296,11 +296,6 @@ def test_next_order_weight_by_hand():
     assert TH.lemma7_ratio_next(LengthDist.point(5), 3) == 3.0
 
 
-def test_jackknife_se_of_a_mean_is_the_standard_error():
-    x = np.random.default_rng(4).normal(size=(10, 3))
-    se = E.jackknife_se(list(x), lambda m: float(m[0]))
-    assert np.isclose(se, x[:, 0].std(ddof=1) / np.sqrt(10))
-
 
 def test_chunks_out_average_to_the_step():
     d = LengthDist.uniform(2, 4)

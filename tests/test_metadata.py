@@ -71,18 +71,3 @@ def test_training_learns_and_bench_reports_both_ways(lang):
     r = M.bench(lang, dms=(0, 1), reps=(0,), steps=3, batch=4, root=0, d_model=16, n_layers=1, n_heads=2)
     assert r["members"] == 2 and r["sequential_s"] > 0 and r["population_s"] > 0
     assert r["max_parameter_difference"] < 1e-4
-
-
-def test_seed_test_against_scipy_and_by_hand():
-    from scipy import stats as st
-
-    d = [0.3, 0.5, 0.1, 0.4, 0.2]
-    r = M.seed_test(d, alpha=1e-3)
-    assert r.mean == pytest.approx(0.3) and r.se == pytest.approx(np.std(d, ddof=1) / np.sqrt(5))
-    assert r.t == pytest.approx(st.ttest_1samp(d, 0.0).statistic)
-    # the critical value: P(T_4 > crit) = 1e-3 (scipy's one-sided p-value at t = crit)
-    assert st.ttest_1samp(np.asarray(d) - r.mean + r.crit * r.se, 0.0, alternative="greater").pvalue == \
-        pytest.approx(1e-3, rel=1e-6)
-    assert r.mde == pytest.approx((r.crit + st.t.ppf(0.8, 4)) * r.se)
-    assert r.above() == (r.t > r.crit) and not r.below()
-    assert M.seed_test([-1.0, -1.1, -0.9, -1.0, -1.05], alpha=1e-3).below()

@@ -82,3 +82,24 @@ def test_bands_draw_mean_and_range():
     line = P.geometric_band(ax, [0, 1], np.array([[1.0, 100.0], [10.0, 10.0]]))
     assert line.get_ydata() == pytest.approx([10.0, 10.0])
     matplotlib.pyplot.close(fig)
+
+
+def test_seed_test_against_scipy_and_by_hand():
+    from scipy import stats as st
+
+    d = [0.3, 0.5, 0.1, 0.4, 0.2]
+    r = S.seed_test(d, alpha=1e-3)
+    assert r.mean == pytest.approx(0.3) and r.se == pytest.approx(np.std(d, ddof=1) / np.sqrt(5))
+    assert r.t == pytest.approx(st.ttest_1samp(d, 0.0).statistic)
+    # the critical value: P(T_4 > crit) = 1e-3 (scipy's one-sided p-value at t = crit)
+    assert st.ttest_1samp(np.asarray(d) - r.mean + r.crit * r.se, 0.0, alternative="greater").pvalue == \
+        pytest.approx(1e-3, rel=1e-6)
+    assert r.mde == pytest.approx((r.crit + st.t.ppf(0.8, 4)) * r.se)
+    assert r.above() == (r.t > r.crit) and not r.below()
+    assert S.seed_test([-1.0, -1.1, -0.9, -1.0, -1.05], alpha=1e-3).below()
+
+
+def test_jackknife_se_of_a_mean_is_the_standard_error():
+    x = np.random.default_rng(4).normal(size=(10, 3))
+    se = S.jackknife_se(list(x), lambda m: float(m[0]))
+    assert np.isclose(se, x[:, 0].std(ddof=1) / np.sqrt(10))

@@ -18,7 +18,7 @@ from lib.induction.data import LengthDist, sample_ood
 from lib.induction.one_layer import Embedding, evaluate, predict, train_two_step
 from lib.induction.theory import lemma7_w_kq, max_sum_ratio
 from lib.seeding import stream
-from lib.stats import loglog_slope  # noqa: F401  (re-exported for the chapter)
+from lib.stats import jackknife_se, loglog_slope  # noqa: F401  (loglog_slope re-exported for the chapter)
 
 
 def fig3_grid(l_lo: int = 3, l_hi: int = 15, step: int = 1) -> list[dict]:
@@ -148,17 +148,6 @@ def lemma7_point(n_trg: int, dist: LengthDist, *, root: int, n_vocab: int, n_pos
     return {"n_trg_R": n_trg * max_sum_ratio(dist), "lemma7": lemma7_ratio(dist, n_trg),
             "next_order": lemma7_ratio_next(dist, n_trg), "measured": measured["ratio"],
             "se": se}
-
-
-def jackknife_se(parts, statistic) -> float:
-    """Delete-one jackknife standard error of ``statistic(mean of parts)`` over equal-sized
-    parts (batch means): ``sqrt((g−1)/g · Σ (θ_(i) − θ̄)²)``."""
-    g = len(parts)
-    if g < 2:
-        return float("nan")
-    total = np.sum(parts, axis=0)
-    theta = np.array([statistic((total - p) / (g - 1)) for p in parts])
-    return float(np.sqrt((g - 1) / g * np.sum((theta - theta.mean()) ** 2)))
 
 
 def lemma7_tolerance(next_order, se, *, n_vocab: int, n_trg: int, l_min: int, n_chunks: int,
