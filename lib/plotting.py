@@ -38,7 +38,21 @@ STYLE = {
 
 def use_style() -> None:
     """Apply the house style to matplotlib (call once at the top of a chapter)."""
+    _register_bundled_fonts()
     mpl.rcParams.update(STYLE)
+
+
+def _register_bundled_fonts() -> None:
+    """Make sure matplotlib knows its own fonts. Its font list is cached per user and per version,
+    not per installation, so a list written by another environment (one since deleted, say) can
+    lack the bundled STIX and Computer Modern fonts; mathtext then falls back to DejaVu with a
+    ``findfont`` warning in the chapter's output. Registering them again costs milliseconds."""
+    from matplotlib import font_manager
+
+    known = {Path(f.fname).name for f in font_manager.fontManager.ttflist}
+    for path in sorted((Path(mpl.get_data_path()) / "fonts" / "ttf").glob("*.ttf")):
+        if path.name not in known:
+            font_manager.fontManager.addfont(str(path))
 
 
 def figure(ncols: int = 1, nrows: int = 1, width: float = 6.4, height: float = 4.0, **kw):

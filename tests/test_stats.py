@@ -103,3 +103,12 @@ def test_jackknife_se_of_a_mean_is_the_standard_error():
     x = np.random.default_rng(4).normal(size=(10, 3))
     se = S.jackknife_se(list(x), lambda m: float(m[0]))
     assert np.isclose(se, x[:, 0].std(ddof=1) / np.sqrt(10))
+
+
+def test_house_style_finds_matplotlibs_own_fonts():
+    """mathtext's fallback font is found without a `findfont` warning, whatever font list the
+    user's matplotlib cache holds (a list written by another environment can lack it)."""
+    from matplotlib import font_manager
+
+    P.use_style()
+    assert font_manager.findfont("STIXGeneral", fallback_to_default=False).endswith("STIXGeneral.ttf")
