@@ -162,3 +162,13 @@ def test_executed_chapter_prints_no_reprs(default_book, slug):
                     found.append(f"cell {i}: a bare container {text[:60]!r}")
             found += [f"cell {i}: {r} in {text[:80]!r}" for r in REPRS if r in text]
     assert not found, f"{slug}:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize("slug", CHAPTERS)
+def test_executed_chapter_writes_nothing_to_stderr(default_book, slug):
+    """Warnings (a missing font, a deprecation, a library's progress bar) would show in the book
+    as red boxes between the paragraphs: a chapter's stderr stays empty."""
+    nb = json.loads((ROOT / "_build" / "runs" / "default" / slug / f"{slug}.ipynb").read_text())
+    found = [f"cell {i}: {''.join(out.get('text', ''))[:120]!r}" for i, cell in enumerate(nb["cells"])
+             for out in cell.get("outputs", []) if out.get("output_type") == "stream" and out.get("name") == "stderr"]
+    assert not found, f"{slug}:\n" + "\n".join(found)
