@@ -65,6 +65,8 @@ def test_chapter_page_and_table_show_the_record_and_say_when_it_is_stale(recorde
     assert "2/2 claims hold" in section
     row = next(r for r in records.records_table(book).splitlines() if "chapters/99-fixture" in r)
     assert "| current: commit" in row and "2/2 claims hold" in row
+    total = records.records_table(book).splitlines()[-1]
+    assert total.startswith("| all 1 recorded | ") and records._times(record["provenance"]) in total
 
     fixture = recorded / "lib" / "fixture_paper.py"
     fixture.write_text(fixture.read_text() + "\n# an edit\n")
@@ -84,6 +86,7 @@ def test_a_chapter_without_a_record_says_not_yet_recorded(project):
     assert "Not yet recorded" in records.chapter_section(book, book.chapter("99"))
     row = next(r for r in records.records_table(book).splitlines() if "chapters/99-fixture" in r)
     assert "not yet recorded" in row
+    assert "| all " not in records.records_table(book)  # no total without a record
 
 
 def test_staged_book_renders_the_record_section_and_the_reproducing_table(recorded):

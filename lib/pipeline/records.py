@@ -269,18 +269,29 @@ def chapter_section(book: Book, chapter: ChapterSource, profile: str = SHOWN) ->
 def records_table(book: Book, profile: str = SHOWN) -> str:
     """The reproducing page's table: one row per chapter, from its record."""
     rows = ["| chapter | time | claims | record |", "|---|---|---|---|"]
+    recorded: list[dict] = []
     for ch in book.chapters():
         link = f"[{ch.number} {ch.slug[3:].replace('-', ' ')}](chapters/{ch.slug}.ipynb)"
         record = load(book, profile, ch)
         if record is None:
             rows.append(f"| {link} | — | — | not yet recorded |")
             continue
+        recorded.append(record["provenance"])
         stale = changes(book, ch, record)
         state = f"*stale* ({escape(', '.join(stale))} changed)".replace("|", "\\|") if stale else "current"
         claims = "; ".join(filter(None, [tally(record["claims"]), _misses(record["claims"])]))
         rows.append(f"| {link} | {_times(record['provenance'])} | {claims} | {state}: "
                     f"{_where(record['provenance'])} |")
+    if recorded:
+        rows.append(f"| all {len(recorded)} recorded | {_times(_total(recorded))} | | the rows summed |")
     return "\n".join(rows)
+
+
+def _total(provs: list[dict]) -> dict:
+    """The recorded runs' wall and CPU time summed (CPU time only if every run measured it)."""
+    cpu = [p.get("cpu_s") for p in provs]
+    return {"runtime_s": sum(p.get("runtime_s") or 0.0 for p in provs),
+            "cpu_s": None if None in cpu else sum(cpu)}
 
 
 def stage_pages(book: Book, dest: Path) -> None:
