@@ -185,8 +185,6 @@ def test_sequence_policy_and_losses():
     # the population DDRO loss is lowest at p₊ among these policies
     target = torch.as_tensor(np.log(D.paired_target(pi, pref)), dtype=lp.dtype)
     assert float(D.neural_loss("ddro", target, lp_ref, Ct)) < start
-    trained = D.train_neural("ddro", ref, C, steps=40, lr=0.05)
-    assert D.tv(trained, D.paired_target(pi, pref)) < D.tv(pi, D.paired_target(pi, pref))
     with pytest.raises(ValueError):
         D.neural_loss("ipo", lp_ref, lp_ref, Ct)
 
@@ -203,14 +201,96 @@ def test_study_cells_do_not_depend_on_order(setup):
     assert one == {k: row[k] for k in one}
 
 
-def test_neural_point_is_deterministic_and_shares_pairs_between_losses():
+def _double_policy(vocab, length, hidden, key):
+    seqs = D.all_sequences(vocab, length)
+    ref = D.GRUPolicy(vocab, seqs, hidden=hidden, generator=torch_generator(0, key))
+    for module in (ref.embed, ref.gru, ref.head):
+        module.double()
+    return ref
+
+
+def test_tree_log_probs_is_the_gru_policy():
+    torch = pytest.importorskip("torch")
+    a, b = _double_policy(3, 4, 6, "tree-a"), _double_policy(3, 4, 6, "tree-b")
+    w = {k: torch.cat([D.gru_weights(a)[k], D.gru_weights(b)[k]]) for k in D.gru_weights(a)}
+    got = D.tree_log_probs(w, 3, 4)
+    with torch.no_grad():
+        want = torch.stack([a.log_probs(), b.log_probs()])
+    assert got.shape == (2, 81)
+    assert float((got - want).abs().max()) < 1e-12
+    assert float(torch.logsumexp(got, 1).abs().max()) < 1e-12
+
+
+def test_batched_loss_is_the_loss_of_each_member():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(3)
+    S = 9
+    lp_ref = torch.log_softmax(torch.as_tensor(rng.normal(size=S)), 0)
+    logp = torch.log_softmax(torch.as_tensor(rng.normal(size=(3, S))), 1)
+    C = torch.as_tensor(rng.integers(0, 5, size=(3, S, S)).astype(float))
+    for kind in ("ddro", "dpo"):
+        got = D.batched_loss(kind, logp, lp_ref, C)
+        want = torch.stack([D.neural_loss(kind, logp[m], lp_ref, C[m]) for m in range(3)])
+        assert float((got - want).abs().max()) < 1e-13
+    with pytest.raises(ValueError):
+        D.batched_loss("ipo", logp, lp_ref, C)
+
+
+def _small_study(N_list, kind, rho=1e-3, max_steps=4000):
+    setup = D.sequence_setup(2, 3, 4, 0)
+    counts = [D.sample_pairs(setup.pi, setup.pref, N, np.random.default_rng(N)) for N in N_list]
+    return setup, counts, D.train_population(kind, setup.ref, setup.pi, counts, 2, 3, lr=0.05, rho=rho,
+                                             max_steps=max_steps)
+
+
+def test_adam_steps_are_torch_adam():
+    torch = pytest.importorskip("torch")
+    setup, counts, fits = _small_study([300], "ddro", rho=-1.0, max_steps=25)   # never meets the rule
+    assert not fits.converged[0] and fits.steps[0] == 25
+    w = {k: v.clone().requires_grad_(True) for k, v in D.gru_weights(setup.ref).items()}
+    lp_ref = D.tree_log_probs(w, 2, 3)[0].detach()
+    Ct = torch.as_tensor(counts[0])[None]
+    opt = torch.optim.Adam(list(w.values()), lr=0.05)
+    for _ in range(25):
+        opt.zero_grad()
+        D.batched_loss("ddro", D.tree_log_probs(w, 2, 3), lp_ref, Ct).sum().backward()
+        opt.step()
+    with torch.no_grad():
+        want = torch.exp(D.tree_log_probs(w, 2, 3))[0].numpy()
+    np.testing.assert_allclose(fits.policies[0], want / want.sum(), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["ddro", "dpo"])
+def test_member_alone_and_in_a_batch_agree_and_converge(kind):
     pytest.importorskip("torch")
-    kw = dict(vocab=2, length=3, hidden=4, root=0, steps=5, lr=0.05)
-    a = D.neural_point(200, "ddro", 1, **kw)
-    assert a == D.neural_point(200, "ddro", 1, **kw)
+    setup, counts, batch = _small_study([300, 3000, 30000], kind)
+    assert batch.converged.all() and (batch.excess <= batch.tolerance).all()
+    for m, N in enumerate([300, 3000, 30000]):
+        _, _, alone = _small_study([N], kind)
+        assert alone.steps[0] == batch.steps[m]
+        np.testing.assert_allclose(alone.policies[0], batch.policies[m], rtol=0, atol=1e-10)
+    # converged to the categorical optimum of the same loss (the GRU can represent it here)
+    for m in range(3):
+        assert D.tv(batch.policies[m], batch.optimum[m]) < 0.2 * D.tv(batch.optimum[m], setup.target) + 1e-3
+
+
+def test_neural_batch_is_deterministic_and_shares_pairs_between_losses():
+    pytest.importorskip("torch")
+    kw = dict(replicates=2, vocab=2, length=3, hidden=4, root=0, lr=0.05, max_steps=3000)
+    a = D.neural_batch(2000, "ddro", 0, **kw)
+    assert a == D.neural_batch(2000, "ddro", 0, **kw)
+    assert a["tv"][0] != a["tv"][1]                 # replicates draw their own pairs
+    dpo = D.neural_batch(2000, "dpo", 0, **kw)
     setup = D.sequence_setup(2, 3, 4, 0)
     assert setup.pi.sum() == pytest.approx(1.0) and setup.target.shape == (8,)
-    assert a["tv"] < D.tv(setup.pi, setup.target)  # fine-tuning moved toward p₊
+    assert all(a["converged"]) and all(dpo["converged"])
+    # the same pairs: both optima are the categorical fits of one pair table
+    from lib.seeding import stream
+    C = D.sample_pairs(setup.pi, setup.pref, 2000, stream(0, "gru-pairs", 2000, 0, 1))
+    assert a["optimum_tv"][1] == pytest.approx(D.tv(D.fit_ddro_categorical(setup.pi, C.sum(1), C.sum(0), 0.5),
+                                                    setup.target), abs=1e-12)
+    assert dpo["optimum_tv"][1] == pytest.approx(D.tv(D.fit_dpo_categorical(setup.pi, C), setup.target), abs=1e-12)
+    assert max(a["tv"]) < D.tv(setup.pi, setup.target)  # fine-tuning moved toward p₊
 
 
 # -- the Bradley–Terry plug-in estimator of p₊ -------------------------------------------------

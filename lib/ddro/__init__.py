@@ -8,7 +8,8 @@ Aligning Large Language Models*, ICML 2025, arXiv:2505.07558.
 - :mod:`.categorical`: the density-ratio loss (the chapter's reconstruction) and its exact
   categorical minimiser, DPO, the Bradley–Terry plug-in of p₊ and a KTO-style baseline,
   population limits, the delta-method constant of E TV ≈ C/√N.
-- :mod:`.neural`: a tiny autoregressive GRU policy over short token sequences and its training.
+- :mod:`.neural`: a tiny autoregressive GRU policy over short token sequences and its batched
+  fine-tuning to convergence.
 - :mod:`.experiments`: the chapter's studies, one sweep point at a time.
 """
 
@@ -17,8 +18,9 @@ from lib.ddro.categorical import (bt_misfit, bt_plugin_limit, bt_plugin_target, 
                                   fit_bt_plugin, fit_ddro_categorical, fit_dpo_categorical,
                                   fit_kto_categorical,
                                   population_limits)
-from lib.ddro.experiments import categorical_point, categorical_study, neural_point
-from lib.ddro.neural import GRUPolicy, all_sequences, neural_loss, sequence_preference, sequence_setup, train_neural
+from lib.ddro.experiments import categorical_point, categorical_study, neural_batch
+from lib.ddro.neural import (GRUPolicy, all_sequences, batched_loss, categorical_optimum, gru_weights, neural_loss,
+                             sequence_preference, sequence_setup, train_population, tree_log_probs)
 from lib.ddro.preferences import (Preference, bradley_terry, cyclic, expected_pairs, paired_target, sample_pairs,
                                   sample_unpaired, structures, tv, unpaired_target)
 from lib.stats import loglog_slope
@@ -29,5 +31,6 @@ __all__ = ["Preference", "bradley_terry", "cyclic", "structures", "paired_target
            "bt_projection", "bt_plugin_limit", "bt_plugin_tv_constant", "ddro_tv_constant",
            "empirical_winners_tv_constant",
            "bt_misfit", "population_limits", "all_sequences", "sequence_preference", "GRUPolicy", "neural_loss",
-           "train_neural", "sequence_setup", "categorical_point", "categorical_study", "neural_point",
+           "gru_weights", "tree_log_probs", "batched_loss", "categorical_optimum", "train_population",
+           "sequence_setup", "categorical_point", "categorical_study", "neural_batch",
            "loglog_slope"]

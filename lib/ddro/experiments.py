@@ -7,7 +7,7 @@ import numpy as np
 
 from lib.ddro.categorical import (_policy, bt_plugin_target, bt_scores, fit_ddro_categorical,
                                   fit_kto_categorical)
-from lib.ddro.neural import sequence_setup, train_neural
+from lib.ddro.neural import sequence_setup, train_population
 from lib.ddro.preferences import Preference, paired_target, sample_pairs, sample_unpaired, tv
 from lib.seeding import stream
 
@@ -57,12 +57,24 @@ def categorical_study(pi: np.ndarray, prefs: list[Preference], Ns, seeds,
     return pd.DataFrame(records, columns=["structure", "N", "seed", "ddro", "dpo", "bt", "ddro_unpaired", "kto"])
 
 
-def neural_point(N: int, kind: str, seed: int, *, vocab: int, length: int, hidden: int, root: int,
-                 steps: int = 300, lr: float = 0.02, beta: float = 1.0) -> dict:
-    """One sequence-study run, replicate ``seed`` of the setup of chapter seed ``root``: ``N`` pairs
-    from the stream ``("gru-pairs", N, seed)`` of ``root`` (the same pairs for both kinds at a
-    given replicate and N), the GRU fine-tuned with ``kind`` ("ddro" or "dpo"); its TV to p₊."""
+def neural_batch(N: int, kind: str, seed: int, *, replicates: int, vocab: int, length: int, hidden: int,
+                 root: int, lr: float = 0.02, rho: float = 1e-3, max_steps: int = 20000, beta: float = 1.0,
+                 clip: float = 1e-3) -> dict:
+    """One batch of the sequence study: ``replicates`` copies of the reference GRU of the chapter
+    seed ``root``, copy r fine-tuned with ``kind`` ("ddro" or "dpo") on ``N`` pairs from the stream
+    ``("gru-pairs", N, seed, r)`` of ``root`` (the same pairs for both kinds), all trained at once to
+    convergence (:func:`lib.ddro.neural.train_population`). ``seed`` indexes the batch (the sweep's
+    replicate index; one batch holds every replicate, so it is 0). Per replicate, lists: ``tv``
+    (TV to p₊), ``tv_optimum`` (TV from the categorical optimum of the same loss on the same
+    pairs), ``optimum_tv`` (that optimum's TV to p₊), ``steps``, ``converged``, ``excess`` and
+    ``tolerance`` (the stopping rule's two sides)."""
     setup = sequence_setup(vocab, length, hidden, root)
-    counts = sample_pairs(setup.pi, setup.pref, int(N), stream(root, "gru-pairs", N, seed))
-    pol = train_neural(kind, setup.ref, counts, steps=steps, lr=lr, beta=beta)
-    return {"tv": tv(pol, setup.target)}
+    counts = [sample_pairs(setup.pi, setup.pref, int(N), stream(root, "gru-pairs", N, seed, r))
+              for r in range(replicates)]
+    fits = train_population(kind, setup.ref, setup.pi, counts, vocab, length, lr=lr, rho=rho,
+                            max_steps=max_steps, beta=beta, clip=clip)
+    return {"tv": [tv(p, setup.target) for p in fits.policies],
+            "tv_optimum": [tv(p, q) for p, q in zip(fits.policies, fits.optimum)],
+            "optimum_tv": [tv(q, setup.target) for q in fits.optimum],
+            "steps": fits.steps.tolist(), "converged": fits.converged.tolist(),
+            "excess": fits.excess.tolist(), "tolerance": fits.tolerance.tolist()}
