@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.special import polygamma
+from scipy.stats import t as student_t
 
 
 @dataclass
@@ -46,28 +47,55 @@ def first_passage(t: np.ndarray, gap: np.ndarray, level: float) -> float:
 
 @dataclass
 class VarianceSlope:
-    """The slope of log(sample variance) against log N, with one intercept per data set."""
+    """The slope of log(sample variance) against log N, with one intercept per data set, and its
+    standard error estimated from the scatter of the log variances around the fit."""
 
     slope: float
-    se: float              # its standard error, exact for Gaussian samples
+    se: float              # standard error from the residual scatter (``df`` degrees of freedom)
+    df: int                # residual degrees of freedom, K·D − D − 1
+    se_gaussian: float     # what the error would be for Gaussian samples (ψ'((M − 1)/2) scatter)
+    residual_var: float    # the estimated variance of one log sample variance around the fit
     log_var: np.ndarray    # (K, D) log sample variances
 
     def z(self, predicted: float) -> float:
-        """(slope − predicted)/se."""
-        return (self.slope - predicted) / self.se
+        """(slope − predicted)/se (±inf where the fit is exact and the slope differs)."""
+        return float(np.divide(self.slope - predicted, self.se)) if self.se > 0 else (
+            0.0 if self.slope == predicted else float(np.copysign(np.inf, self.slope - predicted)))
+
+    def critical(self, false_alarm: float) -> float:
+        """Two-sided Student-t critical value at ``false_alarm`` on ``df`` degrees of freedom."""
+        return float(student_t.isf(false_alarm / 2, self.df))
+
+    def interval(self, predicted: float, false_alarm: float) -> tuple[float, float]:
+        """The slopes a two-sided test of ``predicted`` accepts at ``false_alarm``."""
+        half = self.critical(false_alarm) * self.se
+        return predicted - half, predicted + half
 
 
 def log_variance_slope(x, samples) -> VarianceSlope:
     """Slope of ``log s²`` against ``log x``, where ``s²`` is the sample variance of
-    ``samples[k, d, :]`` (M values at ``x[k]`` on data set ``d``), fitted with one intercept per
-    data set. For Gaussian samples ``(M − 1) s²/v`` is χ² with M − 1 degrees of freedom, so
-    ``log s²`` scatters around ``log v`` + const with variance ψ'((M − 1)/2) (the trigamma
-    function) whatever ``v`` is: the slope's standard error is known, not estimated."""
+    ``samples[k, d, :]`` (M values at ``x[k]`` on data set ``d``), fitted by least squares with
+    one intercept per data set.
+
+    The model is ``log s²[k, d] = a_d + β log x[k] + e[k, d]`` with independent errors of one
+    variance. For Gaussian samples that variance is ψ'((M − 1)/2) (the trigamma function: the
+    log of a χ² with M − 1 degrees of freedom), kept as ``se_gaussian``; for other laws it is
+    larger by about κ/M (κ the excess kurtosis, by the delta method: Var s²/σ⁴ = 2/(M − 1) + κ/M),
+    and a variance that itself varies between (N, data set) cells adds to it. The standard error
+    ``se`` therefore estimates the error variance from the residuals of the fit, on
+    ``K·D − D − 1`` degrees of freedom, and tests use Student's t on those degrees of freedom —
+    exact when the errors are Gaussian, whatever their variance."""
     x = np.log(np.asarray(x, float))
     s = np.asarray(samples, float)
     K, D, M = s.shape
     y = np.log(s.var(-1, ddof=1))                 # (K, D)
     xc = x - x.mean()
-    slope = float((xc[:, None] * (y - y.mean(0))).sum() / (D * (xc ** 2).sum()))
-    se = float(np.sqrt(polygamma(1, (M - 1) / 2) / (D * (xc ** 2).sum())))
-    return VarianceSlope(slope, se, y)
+    sxx = D * float((xc ** 2).sum())
+    slope = float((xc[:, None] * (y - y.mean(0))).sum() / sxx)
+    resid = y - y.mean(0) - slope * xc[:, None]
+    df = K * D - D - 1
+    if df < 1:
+        raise ValueError("the error needs K·D − D − 1 ≥ 1 (more particle numbers or data sets)")
+    s2 = float((resid ** 2).sum() / df)
+    return VarianceSlope(slope, float(np.sqrt(s2 / sxx)), df,
+                         float(np.sqrt(polygamma(1, (M - 1) / 2) / sxx)), s2, y)
