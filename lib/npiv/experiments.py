@@ -215,7 +215,7 @@ def ope(noises, reps, n_episodes: int, n: int, lams, cfg: mf.F2BMLDConfig,
             "n_transitions": np.array([len(p.Y) for p in P]).reshape(shape[1:])}
 
 
-def _released_point(gamma: float, seed: int, *, root: int, noise: float, n_episodes: int, n: int,
+def _released_point(gamma: float, noise: float, seed: int, *, root: int, n_episodes: int, n: int,
                     model) -> dict:
     """The released variant's policy-value estimate on the OPE problem of noise level ``noise``,
     replicate ``seed`` and discount ``gamma`` (the logged data of :func:`ope`; unscaled rewards)."""
@@ -225,17 +225,19 @@ def _released_point(gamma: float, seed: int, *, root: int, noise: float, n_episo
     return {"est": float(np.mean(fit.predict(p.z_start)))}
 
 
-def ope_released(gammas, noise: float, reps, n_episodes: int, n: int, model, root: int,
+def ope_released(gammas, noises, reps, n_episodes: int, n: int, model, root: int,
                  n_starts: int = 1000) -> dict:
     """F²BMLD as the authors' released code trains it (``model``, an
-    :class:`~lib.npiv.baselines.AdamF2BMLD`) on the logged data sets of :func:`ope` at noise
-    level ``noise`` (replicates ``reps``), for every discount in ``gammas``: its estimates and
-    the Monte-Carlo truths (the same start states as :func:`ope`). Each (γ, replicate) is one
-    :func:`lib.sweep.sweep` point."""
-    gammas, reps = [float(g) for g in gammas], [int(s) for s in reps]
-    est = sweep(partial(_released_point, root=root, noise=float(noise), n_episodes=n_episodes,
-                        n=n, model=model), {"gamma": gammas}, seeds=reps, desc="OPE released")
-    truth = np.array([cartpole.true_value(noise, stream(root, "ope-truth", noise), n_starts,
-                                          gamma=g) for g in gammas])
-    est = np.array([r["est"] for r in est], float).reshape(len(gammas), len(reps))
-    return {"truth": truth, "est": est, "rel_err": np.abs(est - truth[:, None]) / truth[:, None]}
+    :class:`~lib.npiv.baselines.AdamF2BMLD`) on the logged data sets of :func:`ope` at every noise
+    level in ``noises`` (replicates ``reps``), for every discount in ``gammas``: its estimates,
+    shape (γ, noise, replicate), and the Monte-Carlo truths (the same start states as
+    :func:`ope`), shape (γ, noise). Each (γ, noise, replicate) is one :func:`lib.sweep.sweep`
+    point."""
+    gammas, noises = [float(g) for g in gammas], [float(v) for v in noises]
+    reps = [int(s) for s in reps]
+    est = sweep(partial(_released_point, root=root, n_episodes=n_episodes, n=n, model=model),
+                {"gamma": gammas, "noise": noises}, seeds=reps, desc="OPE released")
+    truth = np.array([[cartpole.true_value(nz, stream(root, "ope-truth", nz), n_starts, gamma=g)
+                       for nz in noises] for g in gammas])
+    est = np.array([r["est"] for r in est], float).reshape(len(gammas), len(noises), len(reps))
+    return {"truth": truth, "est": est, "rel_err": np.abs(est - truth[..., None]) / truth[..., None]}
