@@ -274,6 +274,22 @@ def test_member_alone_and_in_a_batch_agree_and_converge(kind):
         assert D.tv(batch.policies[m], batch.optimum[m]) < 0.2 * D.tv(batch.optimum[m], setup.target) + 1e-3
 
 
+def test_an_output_that_only_lost_does_not_stop_convergence():
+    torch = pytest.importorskip("torch")
+    setup = D.sequence_setup(2, 3, 4, 0)
+    C = D.sample_pairs(setup.pi, setup.pref, 2000, np.random.default_rng(5))
+    C[3, :] = 0.0                                   # output 3 never wins, but it loses
+    assert C[:, 3].sum() > 0
+    optimum = D.categorical_optimum("ddro", setup.pi, C)
+    assert optimum[3] == 0.0
+    lp_ref = torch.log(torch.as_tensor(setup.pi))
+    assert torch.isfinite(D.batched_loss("ddro", torch.log(torch.as_tensor(optimum))[None], lp_ref,
+                                         torch.as_tensor(C)[None])).all()
+    for kind in ("ddro", "dpo"):
+        fits = D.train_population(kind, setup.ref, setup.pi, [C], 2, 3, lr=0.05, max_steps=4000)
+        assert fits.converged.all() and np.isfinite(fits.excess).all()
+
+
 def test_neural_batch_is_deterministic_and_shares_pairs_between_losses():
     pytest.importorskip("torch")
     kw = dict(replicates=2, vocab=2, length=3, hidden=4, root=0, lr=0.05, max_steps=3000)

@@ -99,7 +99,8 @@ def neural_loss(kind: str, logp, logp_ref, C, alpha: float = 0.5, beta: float = 
     if kind == "ddro":
         logg = torch.clamp(h, max=math.log((1 - clip) / alpha))
         pos, neg = C.sum(1), C.sum(0)
-        return -(pos * logg).sum() / N - (neg * torch.log1p(-alpha * torch.exp(logg))).sum() / N
+        won = torch.where(pos > 0, pos * logg, torch.zeros_like(logg))       # 0·log 0 = 0
+        return -won.sum() / N - (neg * torch.log1p(-alpha * torch.exp(logg))).sum() / N
     if kind == "dpo":
         d = beta * (h[:, None] - h[None, :])
         return -(C * torch.nn.functional.logsigmoid(d)).sum() / N
@@ -152,14 +153,17 @@ def tree_log_probs(w: dict, vocab: int, length: int):
 
 
 def batched_loss(kind: str, logp, logp_ref, C, alpha: float = 0.5, beta: float = 1.0, clip: float = 1e-3):
-    """:func:`neural_loss` for M policies at once: logp (M, S), logp_ref (S,), C (M, S, S); (M,)."""
+    """:func:`neural_loss` for M policies at once: logp (M, S), logp_ref (S,), C (M, S, S); (M,).
+    An output that never won contributes nothing to the first DDRO sum, also where π_θ is 0 there
+    (the categorical optimum puts no mass on an output that only lost)."""
     torch = _torch()
     h = logp - logp_ref
     N = C.sum((1, 2))
     if kind == "ddro":
         logg = torch.clamp(h, max=math.log((1 - clip) / alpha))
         pos, neg = C.sum(2), C.sum(1)
-        return -((pos * logg).sum(1) + (neg * torch.log1p(-alpha * torch.exp(logg))).sum(1)) / N
+        won = torch.where(pos > 0, pos * logg, torch.zeros_like(logg))       # 0·log 0 = 0
+        return -(won.sum(1) + (neg * torch.log1p(-alpha * torch.exp(logg))).sum(1)) / N
     if kind == "dpo":
         d = beta * (h[:, :, None] - h[:, None, :])
         return -(C * torch.nn.functional.logsigmoid(d)).sum((1, 2)) / N
