@@ -24,6 +24,7 @@ import torch.nn.functional as F
 
 from lib.llama import Block, Decoder, rope
 from lib.pcfg import Grammar, Language, is_grammatical
+from lib.population import adam_step
 from lib.seeding import seed32, seed_torch, stream, torch_generator
 from lib.sweep import one_thread
 
@@ -246,13 +247,8 @@ def train(lang: Language, *, dms=(0,), reps=(0,), steps: int, batch: int, root: 
             grads = torch.autograd.grad(losses.sum(), list(params.values()))
             r, b1, t = float(rates[step]), float(beta1[step]), step + 1
             with torch.no_grad():
-                for (name, p), grad in zip(params.items(), grads):  # torch.optim.AdamW's update
-                    m, v = moments[name]
-                    p.mul_(1 - r * weight_decay)
-                    m.lerp_(grad, 1 - b1)
-                    v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-                    denom = (v.sqrt() / math.sqrt(1 - beta2 ** t)).add_(eps)
-                    p.addcdiv_(m, denom, value=-r / (1 - b1 ** t))
+                adam_step(list(params.values()), grads, [moments[k] for k in params], t, r, (b1, beta2), eps,
+                          weight_decay)
         current()
         log(steps, lambda: models)
     for model in models:

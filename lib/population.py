@@ -100,17 +100,35 @@ def train(members: Sequence[Mapping], make: Callable[[Mapping], nn.Module],
         grads = torch.autograd.grad(losses.sum(), list(params.values()))
         history[step - 1] = losses.detach().numpy()
         with torch.no_grad():
-            for (name, p), g in zip(params.items(), grads):
-                r = rates.view(-1, *[1] * (p.dim() - 1))
-                if optimizer == "sgd":
-                    p.sub_(r * g)
-                    continue
-                m, v = state[name]
-                m.lerp_(g, 1 - betas[0])
-                v.mul_(betas[1]).addcmul_(g, g, value=1 - betas[1])
-                c1, c2 = 1 - betas[0] ** step, 1 - betas[1] ** step
-                p.sub_(r / c1 * m / (v.sqrt() / math.sqrt(c2) + eps))
+            if optimizer == "sgd":
+                for p, g in zip(params.values(), grads):
+                    p.sub_(rates.view(-1, *[1] * (p.dim() - 1)) * g)
+            else:
+                adam_step(list(params.values()), grads, [state[k] for k in params], step, rates, betas, eps)
     return Trained(members, history, {k: v.detach() for k, v in params.items()}, buffers, models[0])
+
+
+def adam_step(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor],
+              moments: Sequence[tuple[torch.Tensor, torch.Tensor]], t: int, lr,
+              betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0) -> None:
+    """One step of ``torch.optim.AdamW``'s update (Adam when ``weight_decay`` is 0), in place, with
+    the same floating-point operations in the same order as its single-tensor path. ``moments``
+    holds each tensor's (first, second) moment; ``t`` counts steps from 1. ``lr`` is a float, or a
+    tensor of one rate per member (the parameters' leading dimension). A step's ``lr`` and β₁ may
+    change from step to step (a schedule): the bias corrections use the current β₁, as torch does."""
+    b1, b2 = betas
+    c1, c2 = 1 - b1 ** t, math.sqrt(1 - b2 ** t)
+    for p, g, (m, v) in zip(params, grads, moments):
+        r = lr if isinstance(lr, float) else lr.view(-1, *[1] * (p.dim() - 1))
+        if weight_decay:
+            p.mul_(1 - r * weight_decay)
+        m.lerp_(g, 1 - b1)
+        v.mul_(b2).addcmul_(g, g, value=1 - b2)
+        denom = (v.sqrt() / c2).add_(eps)
+        if isinstance(r, float):
+            p.addcdiv_(m, denom, value=-r / c1)
+        else:
+            p.sub_(r / c1 * m / denom)
 
 
 class TinyAttention(nn.Module):
