@@ -364,14 +364,21 @@ def lm_point(pattern: str, seed: int, *, root: int, corpus_sha256: dict[str, str
     return train_lm(pattern, corpus, root=root, rep=seed, **train_kw)
 
 
+def lr_factor(step: int, steps: int) -> float:
+    """The learning rate at optimizer step ``step`` (0-based) of ``steps``, as a fraction of the
+    peak: a linear warm-up over the first tenth of the steps, then a cosine decay that reaches
+    zero at ``steps`` — the last update runs at about ``(π/steps)²/4`` of the peak, so the end of a run
+    is a plateau of its schedule, whatever its length."""
+    warmup = max(1, steps // 10)
+    return min(1.0, (step + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(step, steps) / steps))
+
+
 def _train(pattern, corpus, *, root, rep, steps, batch, seq_len, d_model, block, lr, eval_every,
            valid_windows, wide_block=None) -> dict:
     seed_torch(root, "lm-init", pattern, rep)
     model = Decoder(pattern, d_model=d_model, block=block, wide_block=wide_block)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
-    warmup = max(1, steps // 10)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, steps))
     gen = torch_generator(root, "lm-batches", rep)
     vx, vy = valid_batches(corpus.valid, seq_len, valid_windows)
     curve_steps, curve = [0], [evaluate(model, vx, vy)]

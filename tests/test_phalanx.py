@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -176,3 +178,15 @@ def test_unigram_loss_by_hand():
     counts[1] += 1
     p = counts / counts.sum()
     assert np.isclose(M.unigram_loss(c), -(np.log(p[0]) + np.log(p[1])) / 2)
+
+
+def test_learning_rate_warms_up_then_decays_to_zero_at_the_last_step():
+    # the chapter's settling rule reads the end of a run as a plateau of its schedule
+    for steps in (6, 120, 2000):
+        f = np.array([M.lr_factor(s, steps) for s in range(steps)])
+        warmup = max(1, steps // 10)
+        assert int(np.argmax(f)) == warmup - 1 and f[warmup - 1] > 0.97
+        assert np.all(np.diff(f[:warmup]) > 0)
+        assert np.all(np.diff(f[warmup - 1:]) <= 1e-12)
+        assert f[-1] == pytest.approx(0.5 * (1 - math.cos(math.pi / steps)), rel=1e-12) and f[-1] < 0.07
+        assert M.lr_factor(steps, steps) == pytest.approx(0.0, abs=1e-15)
