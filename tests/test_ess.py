@@ -351,6 +351,7 @@ def test_within_family_spearman_ignores_differences_between_families():
     assert out["rho_a"]["f1"] > 0.95 and out["rho_a"]["f2"] > 0.95
     assert abs(out["rho_b"]["f1"]) < 0.6
     assert out["mean_gap"] > 0.4 and out["p_not_better"] == 0.0 and out["gap_low"] > 0
+    assert 0 < out["se"] < out["gap_high"] - out["gap_low"]
     pooled = stats.spearmanr(a, y).statistic
     assert pooled < stats.spearmanr(b, y).statistic                 # pooled, a loses
     # a family with a constant column is dropped and named
@@ -361,6 +362,25 @@ def test_within_family_spearman_ignores_differences_between_families():
         within_family_spearman(a[:3], b, y, fam, rng)
     one = within_family_spearman(a[[0, n]], b[[0, n]], y[[0, n]], fam[[0, n]], rng, n_boot=5)
     assert np.isnan(one["mean_gap"]) and one["n_valid"] == 0 and one["undefined"] == ["f1", "f2"]
+    assert np.isnan(one["se"])
+
+
+def test_detectable_gap_and_the_stated_effect():
+    from lib.ess.analysis import FAR_BETTER_GAP, detectable_gap
+
+    # at power 1/2 it is the rejection threshold; at 0.8 it adds z_0.8 standard errors
+    assert detectable_gap(0.1, 1e-3, 0.5) == pytest.approx(0.1 * stats.norm.isf(1e-3))
+    assert detectable_gap(0.1, 1e-3) == pytest.approx(0.1 * (3.0902 + 0.8416), abs=1e-4)
+    assert detectable_gap(0.0, 1e-3) == 0.0
+    # a normal estimate with that standard error and that true gap rejects 80% of the time
+    rng = np.random.default_rng(0)
+    est = detectable_gap(0.05, 1e-3) + 0.05 * rng.standard_normal(200_000)
+    assert np.mean(est > 0.05 * stats.norm.isf(1e-3)) == pytest.approx(0.8, abs=0.005)
+    assert FAR_BETTER_GAP == 0.3
+    with pytest.raises(ValueError):
+        detectable_gap(-1.0, 1e-3)
+    with pytest.raises(ValueError):
+        detectable_gap(0.1, 0.0)
 
 
 def test_two_layer_model_runs_its_layers_and_one_layer_is_unchanged():

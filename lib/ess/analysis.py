@@ -7,7 +7,26 @@ import warnings
 import numpy as np
 from scipy import stats
 
-__all__ = ["spearman_rows", "spearman_gap_bootstrap", "within_family_spearman"]
+__all__ = ["FAR_BETTER_GAP", "detectable_gap", "spearman_rows", "spearman_gap_bootstrap",
+           "within_family_spearman"]
+
+#: The effect this chapter takes as the paper's "ESS/κ predicts accuracy far better than TSS/κ",
+#: on the scale of the claim's statistic (the mean over the families of ρ_ESS − ρ_TSS, Spearman).
+#: The paper's text, as far as we could find it, gives no correlation coefficients, so the effect
+#: is fixed a priori from Cohen's (1988) conventions for a correlation (0.1 small, 0.3 medium,
+#: 0.5 large): "far better" is read as at least a medium correlation's worth of difference. It is
+#: the smallest gap one could still call "far", so that an experiment too weak to see it cannot
+#: call the finding not reproduced. It does not depend on any run of this chapter.
+FAR_BETTER_GAP = 0.3
+
+
+def detectable_gap(se: float, alpha: float, power: float = 0.8) -> float:
+    """Smallest true gap a one-sided test at level ``alpha`` detects with probability ``power``
+    when its estimate is normal with standard error ``se``: (z_{1−α} + z_{power})·se (at
+    ``power = 0.5`` it is the rejection threshold z_{1−α}·se itself)."""
+    if not (0 < alpha < 1 and 0 < power < 1) or not se >= 0:
+        raise ValueError("need 0 < alpha, power < 1 and se ≥ 0")
+    return float((stats.norm.isf(alpha) + stats.norm.ppf(power)) * se)
 
 
 def spearman_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -58,7 +77,8 @@ def within_family_spearman(a, b, y, family, rng: np.random.Generator, n_boot: in
     architectures cannot drive them), and their gap averaged over the families,
     ``mean_gap = mean_f (rho_a[f] − rho_b[f])``. Its uncertainty comes from a stratified bootstrap:
     each resample draws every family's models with replacement within the family; returned are the
-    95% percentile interval of the mean gap and ``p_not_better``, the share of resamples with
+    95% percentile interval of the mean gap, its bootstrap standard error ``se`` (the standard
+    deviation of the resampled mean gaps) and ``p_not_better``, the share of resamples with
     mean gap ≤ 0 (resamples where a correlation is undefined are skipped; ``n_valid`` counts the
     rest). A family whose correlation is undefined on the data (a constant column) is dropped
     and listed in ``undefined``; with no family left every statistic is NaN."""
@@ -78,7 +98,8 @@ def within_family_spearman(a, b, y, family, rng: np.random.Generator, n_boot: in
     groups = {f: idx for f, idx in groups.items() if f not in undefined}
     if not groups:              # e.g. one model per family: nothing to rank
         return {"rho_a": {f: per[f][0] for f in per}, "rho_b": {f: per[f][1] for f in per},
-                "mean_gap": np.nan, "gap_low": np.nan, "gap_high": np.nan, "p_not_better": np.nan,
+                "mean_gap": np.nan, "gap_low": np.nan, "gap_high": np.nan, "se": np.nan,
+                "p_not_better": np.nan,
                 "n_valid": 0, "undefined": undefined}
     gap = float(np.mean([per[f][0] - per[f][1] for f in groups]))
     g = np.zeros(n_boot)
@@ -89,5 +110,6 @@ def within_family_spearman(a, b, y, family, rng: np.random.Generator, n_boot: in
     lo, hi = (np.percentile(gaps, [2.5, 97.5]) if gaps.size else (np.nan, np.nan))
     return {"rho_a": {f: per[f][0] for f in per}, "rho_b": {f: per[f][1] for f in per},
             "mean_gap": gap, "gap_low": float(lo), "gap_high": float(hi),
+            "se": float(np.std(gaps, ddof=1)) if gaps.size > 1 else np.nan,
             "p_not_better": float(np.mean(gaps <= 0)) if gaps.size else np.nan,
             "n_valid": int(gaps.size), "undefined": undefined}
