@@ -226,9 +226,14 @@ def test_realistic_training_stops_when_the_task_is_solved():
 
 # -- Theorems 5–6 in the population limit: the exact OOD decision and the threshold statistic --
 def _brute_force_all_right(dist, n_trg, n_vocab=128):
+    return bool(np.all(_brute_force_correct(dist, n_trg, n_vocab)))
+
+
+def _brute_force_correct(dist, n_trg, n_vocab=128):
     """Lemma 7's W_KQ at hard attention and the copying W_V, on one sequence per OOD
     configuration with fillers all distinct from each other and from o; o is the last token,
-    so an exact tie with a filler (argmax takes the first index) counts as wrong."""
+    so an exact tie with a filler (argmax takes the first index) counts as wrong. One bool per
+    configuration of ``ood_configurations``."""
     from lib.induction.data import sample_sequences
     from lib.induction.one_layer import predict
     from lib.induction.threshold import ood_configurations
@@ -251,7 +256,7 @@ def _brute_force_all_right(dist, n_trg, n_vocab=128):
     w_v[:, blk["token"]] = np.eye(n_vocab)
     w_v[:, blk["previous"]] = np.eye(n_vocab)
     w_v[:n_trg] = 0.0
-    return bool(np.all(predict(emb, b, w_kq, w_v) == b.target))
+    return predict(emb, b, w_kq, w_v) == b.target
 
 
 @pytest.mark.parametrize("a,b,n_trg", [(1, 2, 2), (3, 6, 2), (2, 9, 4), (4, 12, 4), (3, 5, 8),
@@ -328,3 +333,78 @@ def test_realistic_fixed_schedule_records_the_ood_curve():
     assert info["curve"][-1][1] == r_evaluate(model, test)["accuracy"]
     _, none = train(RealisticConfig(steps=3, **kw), dist, root=0, ood_test=test)
     assert none["curve"] == []
+
+
+# -- Theorems 5–6 with the trained model: exact OOD accuracy, windows, decision rules -----------
+@pytest.mark.parametrize("a,b,n_trg", [(2, 3, 2), (4, 7, 4), (3, 9, 4), (8, 17, 8), (2, 9, 3)])
+def test_exact_ood_accuracy_matches_brute_force(a, b, n_trg):
+    from lib.induction.threshold import ood_accuracy, ood_configurations
+    d = LengthDist.uniform(a, b)
+    ell, _ = ood_configurations(a, b)
+    weight = 1.0 / ((b - a) * (2 * ell - 2))
+    assert np.isclose(weight.sum(), 1.0)
+    assert np.isclose(ood_accuracy(d, n_trg), np.sum(weight * _brute_force_correct(d, n_trg)))
+
+
+def test_exact_ood_accuracy_is_one_exactly_when_all_right():
+    from lib.induction.threshold import ood_accuracy, ood_all_right
+    for a, b, n in [(4, 30, 2), (4, 30, 16), (2, 5, 2), (2, 3, 2)]:
+        d = LengthDist.uniform(a, b)
+        assert (ood_accuracy(d, n) == 1.0) == ood_all_right(d, n)
+
+
+def test_regime_windows_straddle_the_products():
+    from lib.induction.threshold import ood_all_right
+    for n in (2, 4, 8, 16):
+        w = E.regime_windows(n, 0.8, 1.15)
+        pn = n * TH.max_sum_ratio(LengthDist.uniform(n, w["narrow"]))
+        pn_next = n * TH.max_sum_ratio(LengthDist.uniform(n, w["narrow"] + 1))
+        pd_ = n * TH.max_sum_ratio(LengthDist.uniform(n, w["diverse"]))
+        pd_prev = n * TH.max_sum_ratio(LengthDist.uniform(n, w["diverse"] - 1))
+        assert pn >= 1.15 > pn_next and pd_ <= 0.8 < pd_prev
+        # the exact rule of the population limit puts them on the two sides
+        assert not ood_all_right(LengthDist.uniform(n, w["narrow"]), n)
+        assert ood_all_right(LengthDist.uniform(n, w["diverse"]), n)
+    assert E.regime_windows(4, 0.8, 1.15) == {"narrow": 7, "diverse": 12}
+    with pytest.raises(ValueError):
+        E.regime_windows(1, 0.8, 1.15)   # no window from ℓ0 = 1 reaches N_trg·R ≥ 1.15
+    with pytest.raises(ValueError):
+        E.regime_windows(4, 1.2, 0.8)
+
+
+def test_contrast_rule_by_hand():
+    r = E.contrast_rule([1.0, 0.99], [0.28, 0.11], 1024)
+    assert r["holds"] and r["seeds_passing"] == 2
+    r = E.contrast_rule([0.52, 1.0], [0.08, 0.08], 1024)
+    assert not r["holds"] and r["seeds_passing"] == 1   # 0.52 is not clearly above 1/2
+    assert not E.contrast_rule([1.0], [0.6], 1024)["holds"]
+    assert not E.contrast_rule([], [], 1024)["holds"]
+    d = E.contrast_rule([1.0], [0.0], 1024)["detectable"]
+    assert 0.5 < d < 0.56   # one-sided z = 3.09: about 0.5 + 3.09·0.5/√1024
+
+
+def test_contrast_rule_false_alarm_at_the_boundary():
+    """A model at exactly one half on the diverse range passes at most once in a thousand
+    (exact binomial sum over the test's outcomes), and so does one at one half on the narrow."""
+    from scipy.stats import binom
+    m = 1024
+    k = np.arange(m + 1)
+    lower = np.asarray(E.contrast_rule(k / m, np.zeros(m + 1), m)["lower_diverse"])
+    assert binom.pmf(k, m, 0.5)[lower >= 0.5].sum() <= 1e-3
+    upper = np.asarray(E.contrast_rule(np.ones(m + 1), k / m, m)["upper_narrow"])
+    assert binom.pmf(k, m, 0.5)[upper <= 0.5].sum() <= 1e-3
+
+
+def test_separation_rule_by_hand():
+    div, nar = [0.9, 1.0, 1.0, 1.0], [0.37, 0.24, 0.79, 0.83]
+    r_div, r_nar = [0.39, 0.197, 0.099, 0.05], [0.6, 0.33, 0.148, 0.073]
+    s = E.separation_rule(div, nar, r_div, r_nar, 1024)
+    assert s["holds"] and s["rival_rejected"] and s["gap"] > 0
+    assert np.isclose(s["quantile"], 3.66, atol=0.01)   # one-sided 1e-3/8
+    s = E.separation_rule([0.9, 0.85], [0.37, 0.84], [0.39, 0.2], [0.6, 0.1], 1024)
+    assert not s["holds"]            # the second pair is not separated
+    s = E.separation_rule([0.4, 1.0], [0.1, 0.2], [0.39, 0.2], [0.6, 0.3], 1024)
+    assert not s["holds"]            # a diverse window below one half
+    s = E.separation_rule([0.9, 1.0], [0.1, 0.2], [0.1, 0.2], [0.6, 0.3], 1024)
+    assert not s["rival_rejected"]   # no diverse window has a larger R than a narrow one
+

@@ -166,3 +166,95 @@ def lemma7_tolerance(next_order, se, *, n_vocab: int, n_trg: int, l_min: int, n_
     quantile = float(student_t.ppf(1 - false_alarm / (2 * n_tests), n_chunks - 1))
     bias = 6.0 / ((n_vocab - n_trg) * (2 * np.asarray(l_min) + 3))
     return bias * np.abs(np.asarray(next_order)) + quantile * np.asarray(se), quantile
+
+
+def contrast_rule(acc_diverse, acc_narrow, m_test: int, *, level: float = 0.5,
+                  false_alarm: float = 1e-3) -> dict:
+    """The decision rule of the realistic-model claim (the paper's Fig. 4 finding that the most
+    diverse pretraining range generalises OOD and the least diverse does not), applied to
+    per-seed OOD accuracies on ``m_test`` test sequences each.
+
+    A seed passes when the one-sided lower Wilson bound of its accuracy on the most diverse range
+    is at least ``level`` and the one-sided upper bound on the least diverse range is at most
+    ``level``, each bound at ``false_alarm``; the rule passes when every seed does. Under the null
+    (some trained model's true OOD accuracy is below ``level`` on the diverse range, or above it
+    on the narrow one) the rule passes with probability at most ``false_alarm``: it is an
+    intersection of one-sided tests, so no multiplicity correction enters.
+
+    Returns ``{"holds", "seeds_passing", "lower_diverse", "upper_narrow", "detectable"}``:
+    ``detectable`` is the smallest accuracy whose lower bound reaches ``level`` at ``m_test``
+    (by symmetry ``1 − detectable`` the largest whose upper bound stays at most ``level``)."""
+    from lib.stats import wilson
+
+    div = np.asarray(acc_diverse, dtype=float)
+    nar = np.asarray(acc_narrow, dtype=float)
+    conf = 1.0 - 2.0 * false_alarm  # two-sided level whose one-sided tails are false_alarm
+    lower = wilson(np.round(div * m_test), m_test, level=conf)[0]
+    upper = wilson(np.round(nar * m_test), m_test, level=conf)[1]
+    passing = (lower >= level) & (upper <= level)
+    k = np.arange(m_test + 1)
+    reach = k[wilson(k, m_test, level=conf)[0] >= level]
+    return {"holds": bool(passing.size > 0 and passing.all()),
+            "seeds_passing": int(passing.sum()), "lower_diverse": lower.tolist(),
+            "upper_narrow": upper.tolist(),
+            "detectable": float(reach[0] / m_test) if reach.size else float("nan")}
+
+
+def regime_windows(n_trg: int, c_lo: float, c_hi: float, l_cap: int = 400) -> dict:
+    """The two windows ``Unif{N_trg..b}`` (Example 3's start ``ℓ0 = N_trg``) on either side of a
+    transition at ``N_trg·R`` between ``c_lo`` and ``c_hi``: ``"narrow"`` the widest with
+    ``N_trg·R ≥ c_hi``, ``"diverse"`` the narrowest with ``N_trg·R ≤ c_lo`` (``N_trg·R`` falls as
+    ``b`` grows). Returns ``{"narrow": b, "diverse": b}``."""
+    if not 0 < c_lo < c_hi:
+        raise ValueError(f"need 0 < c_lo < c_hi, got {c_lo}, {c_hi}")
+    prods = {b: n_trg * max_sum_ratio(LengthDist.uniform(n_trg, b))
+             for b in range(n_trg + 1, l_cap + 1)}
+    narrow = [b for b, p in prods.items() if p >= c_hi]
+    diverse = [b for b, p in prods.items() if p <= c_lo]
+    if not narrow or not diverse:
+        raise ValueError(f"no window Unif{{{n_trg}..b}}, b ≤ {l_cap}, on both sides of "
+                         f"[{c_lo}, {c_hi}]")
+    return {"narrow": max(narrow), "diverse": min(diverse)}
+
+
+def separation_rule(acc_diverse, acc_narrow, r_diverse, r_narrow, m_test: int, *,
+                    level: float = 0.5, false_alarm: float = 1e-3) -> dict:
+    """The decision of the trained Theorems 5–6 claim over pairs of windows (one pair per trigger
+    count): every diverse window's one-sided lower Wilson bound is at least ``level`` and above
+    the upper bound of its own count's narrow window. Each of the ``2·pairs`` bounds is taken at
+    ``false_alarm/(2·pairs)`` (Bonferroni), so a pair whose true accuracies are not so ordered
+    passes with probability at most ``false_alarm``.
+
+    ``r_diverse``/``r_narrow`` (the windows' R) judge the rival "accuracy is a non-increasing
+    function of R alone, whatever N_trg": rejected when some diverse window of larger R than some
+    narrow window (of another count) has its lower bound above that window's upper bound.
+    Returns ``{"holds", "lower_diverse", "upper_narrow", "gap", "rival_rejected", "quantile"}``
+    (``gap``: the smallest lower-minus-upper margin over the pairs)."""
+    from lib.stats import wilson
+
+    div, nar = np.asarray(acc_diverse, float), np.asarray(acc_narrow, float)
+    rd, rn = np.asarray(r_diverse, float), np.asarray(r_narrow, float)
+    alpha = false_alarm / (2 * div.size)
+    conf = 1.0 - 2.0 * alpha
+    lower = wilson(np.round(div * m_test), m_test, level=conf)[0]
+    upper = wilson(np.round(nar * m_test), m_test, level=conf)[1]
+    holds = bool(div.size > 0 and np.all(lower >= level) and np.all(lower > upper))
+    crossed = (rd[:, None] > rn[None, :]) & (lower[:, None] > upper[None, :])
+    from scipy.stats import norm
+    return {"holds": holds, "lower_diverse": lower.tolist(), "upper_narrow": upper.tolist(),
+            "gap": float(np.min(lower - upper)), "rival_rejected": bool(crossed.any()),
+            "quantile": float(norm.ppf(1 - alpha))}
+
+
+def regime_cell(n_trg: int, l_min: int, l_max: int, seed: int, *, root: int, n_vocab: int,
+                eta_v: float, eta_kq: float, m_train: int, m_test: int = 1024) -> dict:
+    """One window of the trained threshold test: :func:`ood_cell` with the embedding sized to
+    the window (``L = 2ℓ_max + 4``), plus ``N_trg·R`` and ``exact``, the OOD accuracy of Lemma 7's
+    hard-attention model (:func:`lib.induction.threshold.ood_accuracy`, no sampling)."""
+    from lib.induction.threshold import ood_accuracy
+
+    res = ood_cell(n_trg, l_min, l_max, seed, root=root, n_vocab=n_vocab,
+                   n_pos=n_pos_for(l_max), eta_v=eta_v, eta_kq=eta_kq, m_train=m_train,
+                   m_test=m_test)
+    dist = LengthDist.uniform(l_min, l_max)
+    return {**res, "n_trg_R": n_trg * res["R"], "exact": ood_accuracy(dist, n_trg)}

@@ -51,6 +51,12 @@ def worst_margin(dist: LengthDist, n_trg: int) -> float:
     keys other than ``ℓ1+2`` and ``ℓ1+3`` (and ``score(ℓ1+2) − score(ℓ1+3)``, where a tie is
     allowed and counted as ``+tiny``); positive iff every OOD answer is right. The test lengths
     are ``ℓ_min+1..ℓ_max`` of the support (the paper's test for a window)."""
+    return float(config_margins(dist, n_trg)[2].min())
+
+
+def config_margins(dist: LengthDist, n_trg: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(ℓ, ℓ1, margin)`` for every OOD configuration (see :func:`worst_margin`): the answer of
+    Lemma 7's hard-attention model is ``o`` whatever the fillers iff ``margin > 0``."""
     l_min, l_max = dist.l_min, dist.l_max
     if l_max <= l_min:
         raise ValueError("the OOD test needs ℓ_max > ℓ_min")
@@ -71,7 +77,16 @@ def worst_margin(dist: LengthDist, n_trg: int) -> float:
     score[rows, l1 + 2] = -np.inf
     margin = own - score.max(axis=1)
     margin = np.where(own < after, np.minimum(margin, own - after), margin)
-    return float(margin.min())
+    return ell, l1, margin
+
+
+def ood_accuracy(dist: LengthDist, n_trg: int) -> float:
+    """The probability, under the OOD test distribution (``ℓ`` uniform on ``ℓ_min+1..ℓ_max``,
+    ``ℓ1`` uniform on ``{1..2ℓ−1} \\ {ℓ}``), of a configuration whose answer is ``o`` whatever the
+    fillers (``margin > 0``, :func:`config_margins`): exact, no sampling."""
+    ell, _, margin = config_margins(dist, n_trg)
+    weight = 1.0 / ((dist.l_max - dist.l_min) * (2 * ell - 2))
+    return float(1.0 - np.sum(weight * (margin <= 0)))  # exactly 1 when every answer is right
 
 
 def ood_configurations(l_min: int, l_max: int) -> tuple[np.ndarray, np.ndarray]:
