@@ -168,6 +168,25 @@ def test_study_and_slope(setup):
     assert D.tv([1, 0], [0, 1]) == 1.0
 
 
+def neural_loss(kind, logp, logp_ref, C, alpha=0.5, beta=1.0, clip=1e-3):
+    """The chapter's losses for one policy, written out on their own (the oracle for
+    :func:`lib.ddro.batched_loss`)."""
+    import math
+
+    import torch
+    h = logp - logp_ref
+    N = C.sum()
+    if kind == "ddro":
+        logg = torch.clamp(h, max=math.log((1 - clip) / alpha))
+        pos, neg = C.sum(1), C.sum(0)
+        won = torch.where(pos > 0, pos * logg, torch.zeros_like(logg))       # 0·log 0 = 0
+        return -won.sum() / N - (neg * torch.log1p(-alpha * torch.exp(logg))).sum() / N
+    if kind == "dpo":
+        d = beta * (h[:, None] - h[None, :])
+        return -(C * torch.nn.functional.logsigmoid(d)).sum() / N
+    raise ValueError(f"kind must be 'ddro' or 'dpo', got {kind!r}")
+
+
 def test_sequence_policy_and_losses():
     torch = pytest.importorskip("torch")
     seqs = D.all_sequences(3, 3)
@@ -181,12 +200,12 @@ def test_sequence_policy_and_losses():
     C = D.expected_pairs(pi, pref, 1000.0)
     lp_ref = lp.detach()
     Ct = torch.as_tensor(C, dtype=lp.dtype)
-    start = float(D.neural_loss("ddro", lp_ref, lp_ref, Ct))
+    start = float(neural_loss("ddro", lp_ref, lp_ref, Ct))
     # the population DDRO loss is lowest at p₊ among these policies
     target = torch.as_tensor(np.log(D.paired_target(pi, pref)), dtype=lp.dtype)
-    assert float(D.neural_loss("ddro", target, lp_ref, Ct)) < start
+    assert float(neural_loss("ddro", target, lp_ref, Ct)) < start
     with pytest.raises(ValueError):
-        D.neural_loss("ipo", lp_ref, lp_ref, Ct)
+        D.batched_loss("ipo", lp_ref[None], lp_ref, Ct[None])
 
 
 def test_study_cells_do_not_depend_on_order(setup):
@@ -230,7 +249,7 @@ def test_batched_loss_is_the_loss_of_each_member():
     C = torch.as_tensor(rng.integers(0, 5, size=(3, S, S)).astype(float))
     for kind in ("ddro", "dpo"):
         got = D.batched_loss(kind, logp, lp_ref, C)
-        want = torch.stack([D.neural_loss(kind, logp[m], lp_ref, C[m]) for m in range(3)])
+        want = torch.stack([neural_loss(kind, logp[m], lp_ref, C[m]) for m in range(3)])
         assert float((got - want).abs().max()) < 1e-13
     with pytest.raises(ValueError):
         D.batched_loss("ipo", logp, lp_ref, C)
@@ -239,25 +258,30 @@ def test_batched_loss_is_the_loss_of_each_member():
 def _small_study(N_list, kind, rho=1e-3, max_steps=4000):
     setup = D.sequence_setup(2, 3, 4, 0)
     counts = [D.sample_pairs(setup.pi, setup.pref, N, np.random.default_rng(N)) for N in N_list]
-    return setup, counts, D.train_population(kind, setup.ref, setup.pi, counts, 2, 3, lr=0.05, rho=rho,
+    return setup, counts, D.train_population(kind, setup.ref, setup.pi, counts, 2, 3, rho=rho,
                                              max_steps=max_steps)
 
 
-def test_adam_steps_are_torch_adam():
+def test_dpo_step_is_newtons_step():
+    """Against torch's Hessian and gradient of :func:`batched_loss` in h, on a random policy."""
     torch = pytest.importorskip("torch")
-    setup, counts, fits = _small_study([300], "ddro", rho=-1.0, max_steps=25)   # never meets the rule
-    assert not fits.converged[0] and fits.steps[0] == 25
-    w = {k: v.clone().requires_grad_(True) for k, v in D.gru_weights(setup.ref).items()}
-    lp_ref = D.tree_log_probs(w, 2, 3)[0].detach()
-    Ct = torch.as_tensor(counts[0])[None]
-    opt = torch.optim.Adam(list(w.values()), lr=0.05)
-    for _ in range(25):
-        opt.zero_grad()
-        D.batched_loss("ddro", D.tree_log_probs(w, 2, 3), lp_ref, Ct).sum().backward()
-        opt.step()
-    with torch.no_grad():
-        want = torch.exp(D.tree_log_probs(w, 2, 3))[0].numpy()
-    np.testing.assert_allclose(fits.policies[0], want / want.sum(), rtol=0, atol=1e-12)
+    rng = np.random.default_rng(4)
+    S = 6
+    lp_ref = torch.log_softmax(torch.as_tensor(rng.normal(size=S)), 0)
+    logp = torch.log_softmax(torch.as_tensor(rng.normal(size=S)), 0)
+    C = torch.as_tensor(rng.integers(0, 9, size=(S, S)).astype(float))
+    h = (logp - lp_ref)[None]
+    p = torch.exp(logp)[None]
+    got = D.dpo_step(h, p, C[None], torch.tensor([100.0], dtype=torch.float64), beta=0.7)[0]
+    f = lambda x: D.batched_loss("dpo", (x + lp_ref)[None], lp_ref, C[None], beta=0.7)[0]  # noqa: E731
+    H = torch.autograd.functional.hessian(f, h[0])
+    g = torch.autograd.functional.jacobian(f, h[0])
+    # Newton's step is determined up to a constant (the loss is blind to it): compare H Δ with −∇
+    np.testing.assert_allclose((H @ got).numpy(), -g.numpy(), atol=1e-10)
+    assert abs(float(p[0] @ got)) < 1e-12
+    small = D.dpo_step(h, p, C[None], torch.tensor([1e-3], dtype=torch.float64), beta=0.7)[0]
+    assert float(small.abs().max()) == pytest.approx(1e-3)
+    np.testing.assert_allclose(small.numpy(), got.numpy() * 1e-3 / float(got.abs().max()), atol=1e-15)
 
 
 @pytest.mark.parametrize("kind", ["ddro", "dpo"])
@@ -286,13 +310,13 @@ def test_an_output_that_only_lost_does_not_stop_convergence():
     assert torch.isfinite(D.batched_loss("ddro", torch.log(torch.as_tensor(optimum))[None], lp_ref,
                                          torch.as_tensor(C)[None])).all()
     for kind in ("ddro", "dpo"):
-        fits = D.train_population(kind, setup.ref, setup.pi, [C], 2, 3, lr=0.05, max_steps=4000)
+        fits = D.train_population(kind, setup.ref, setup.pi, [C], 2, 3, max_steps=4000)
         assert fits.converged.all() and np.isfinite(fits.excess).all()
 
 
 def test_neural_batch_is_deterministic_and_shares_pairs_between_losses():
     pytest.importorskip("torch")
-    kw = dict(replicates=2, vocab=2, length=3, hidden=4, root=0, lr=0.05, max_steps=3000)
+    kw = dict(replicates=2, vocab=2, length=3, hidden=4, root=0, max_steps=3000)
     a = D.neural_batch(2000, "ddro", 0, **kw)
     assert a == D.neural_batch(2000, "ddro", 0, **kw)
     assert a["tv"][0] != a["tv"][1]                 # replicates draw their own pairs
@@ -375,3 +399,96 @@ def test_study_bt_column_is_the_plugin_on_the_same_pairs(setup):
     assert row["bt"] == pytest.approx(D.tv(D.fit_bt_plugin(pi, C), D.paired_target(pi, prefs[2])), abs=1e-8)
     assert row["dpo"] == pytest.approx(D.tv(D.fit_dpo_categorical(pi, C), D.paired_target(pi, prefs[2])),
                                        abs=1e-12)
+
+
+# ----------------------------------------------------------------------------------------------
+# The DDRO optimiser: the output-space step and the clip as a constraint, checked by brute force
+# ----------------------------------------------------------------------------------------------
+
+
+def _smooth_loss(h, pos, neg, alpha=0.5):
+    """Σ_y ℓ_y(h_y) of one policy with the smooth pieces (valid at h ≤ c), numpy."""
+    N = pos.sum() + neg.sum()
+    g = np.exp(h)
+    return float(-(np.where(pos > 0, pos * h, 0.0) + neg * np.log1p(-alpha * g)).sum() / N)
+
+
+@pytest.mark.parametrize("never_loses", [True, False])
+def test_ddro_step_is_the_constrained_minimiser_by_brute_force(never_loses):
+    """Two outputs: Σ p Δ = 0 leaves one free coordinate, so the step's subproblem is minimised
+    on a fine grid of the box and compared with :func:`ddro_step`."""
+    torch = pytest.importorskip("torch")
+    clip, alpha = 1e-3, 0.5
+    c = np.log((1 - clip) / alpha)
+    pi_ref = np.array([0.4, 0.6])
+    p = np.array([0.5, 0.5])                          # the current policy
+    h = np.log(p / pi_ref)
+    C = np.array([[0.0, 40.0], [0.0 if never_loses else 3.0, 0.0]])   # C[a, b] = #a beat b
+    pos, neg = C.sum(1), C.sum(0)
+    for r in (0.05, 0.5):
+        got = D.ddro_step(torch.as_tensor(h)[None], torch.as_tensor(p)[None], torch.as_tensor(C)[None],
+                          torch.tensor([r], dtype=torch.float64))[0].numpy()
+        lo = np.minimum(-r, c - h)
+        hi = np.minimum(r, c - h)
+        d0 = np.linspace(lo[0], hi[0], 200001)
+        d1 = -p[0] * d0 / p[1]
+        ok = (d1 >= lo[1] - 1e-15) & (d1 <= hi[1] + 1e-15)
+        vals = np.array([_smooth_loss(h + np.array([a, b]), pos, neg) for a, b in zip(d0[ok], d1[ok])])
+        best = np.array([d0[ok][vals.argmin()], d1[ok][vals.argmin()]])
+        assert abs(p @ got) < 1e-12
+        assert (got >= lo - 1e-12).all() and (got <= hi + 1e-12).all()
+        np.testing.assert_allclose(got, best, atol=2 * (hi[0] - lo[0]) / 200000 + 1e-12)
+        assert _smooth_loss(h + got, pos, neg) <= vals.min() + 1e-12
+
+
+def _categorical_fit(pi, counts, steps=200):
+    torch = pytest.importorskip("torch")
+    Ct = torch.as_tensor(np.stack(counts))
+    lp_ref = torch.log(torch.as_tensor(pi))
+    optimum = np.stack([D.categorical_optimum("ddro", pi, C) for C in counts])
+    best = D.batched_loss("ddro", torch.log(torch.as_tensor(optimum)), lp_ref, Ct)
+    tol = torch.full((len(counts),), 1e-13, dtype=torch.float64)
+    params = {"theta": lp_ref.expand(len(counts), -1).clone()}
+    logp, n, excess = D.fit_population("ddro", lambda w: torch.log_softmax(w["theta"], -1), params, lp_ref, Ct,
+                                       best, tol, max_steps=steps)
+    return np.exp(logp.numpy()), n, excess, optimum
+
+
+def test_ddro_optimiser_reaches_an_optimum_at_the_clip():
+    """A categorical policy (log π = log-softmax θ): output 0 never loses, so the minimiser of
+    the loss over the policies with g ≤ (1 − clip)/α (the chapter's estimator) puts it at the clip,
+    g₀ = (1 − clip)/α, a kink of the loss. With two outputs the policy has one free parameter and
+    the minimiser is found by brute force on a grid; with six it is the exact categorical
+    minimiser."""
+    pytest.importorskip("torch")
+    clip, alpha = 1e-3, 0.5
+    pi2 = np.array([0.3, 0.7])
+    C2 = np.array([[0.0, 30.0], [0.0, 0.0]])       # 0 beats 1 thirty times, never loses
+    C2[1, 0] = 0.0
+    grid = np.linspace(1e-6, 1 - 1e-6, 2_000_001)
+    g0, g1 = grid / pi2[0], (1 - grid) / pi2[1]
+    feasible = (g0 <= (1 - clip) / alpha) & (g1 <= (1 - clip) / alpha)
+    grid, g0, g1 = grid[feasible], g0[feasible], g1[feasible]
+    vals = -(30 * np.log(g0) + 30 * np.log1p(-alpha * g1)) / 30
+    brute = grid[vals.argmin()]
+    assert brute == pytest.approx(pi2[0] * (1 - clip) / alpha, abs=1e-6)   # the optimum is at the clip
+    pol, n, excess, optimum = _categorical_fit(pi2, [C2])
+    assert n[0] < 200 and excess[0] <= 1e-13
+    assert pol[0, 0] == pytest.approx(pi2[0] * (1 - clip) / alpha, abs=1e-9)
+    assert pol[0, 0] == pytest.approx(brute, abs=1e-6)
+
+    rng = np.random.default_rng(0)
+    K = 6
+    pi = rng.dirichlet(3 * np.ones(K))
+    C = rng.integers(0, 20, size=(K, K)).astype(float)
+    np.fill_diagonal(C, 0)
+    C[:, 0] = 0.0                                   # output 0 never loses: its optimum is at the clip
+    C[0, 1:] *= 5
+    C[1, :], C[:, 1] = 0.0, 0.0
+    C[1, 2], C[3, 1] = 200.0, 1.0                   # output 1 loses once: its optimum is just below
+    pol, n, excess, optimum = _categorical_fit(pi, [C])
+    g = optimum[0] / pi
+    assert g[0] == pytest.approx((1 - clip) / alpha, rel=1e-12)
+    assert 0 < (1 - clip) / alpha - g[1] < 0.02
+    assert n[0] < 200 and excess[0] <= 1e-13
+    np.testing.assert_allclose(pol[0], optimum[0], atol=1e-7)

@@ -19,8 +19,9 @@ from lib.ddro.categorical import (bt_misfit, bt_plugin_limit, bt_plugin_target, 
                                   fit_kto_categorical,
                                   population_limits)
 from lib.ddro.experiments import categorical_point, categorical_study, neural_batch
-from lib.ddro.neural import (GRUPolicy, all_sequences, batched_loss, categorical_optimum, gru_weights, neural_loss,
-                             sequence_preference, sequence_setup, train_population, tree_log_probs)
+from lib.ddro.neural import (GRUPolicy, all_sequences, batched_loss, categorical_optimum, ddro_step, dpo_step,
+                             fit_population, gru_weights, sequence_preference, sequence_setup, train_population,
+                             tree_log_probs)
 from lib.ddro.preferences import (Preference, bradley_terry, cyclic, expected_pairs, paired_target, sample_pairs,
                                   sample_unpaired, structures, tv, unpaired_target)
 from lib.stats import loglog_slope
@@ -30,7 +31,7 @@ __all__ = ["Preference", "bradley_terry", "cyclic", "structures", "paired_target
            "fit_dpo_categorical", "fit_kto_categorical", "bt_scores", "bt_plugin_target", "fit_bt_plugin",
            "bt_projection", "bt_plugin_limit", "bt_plugin_tv_constant", "ddro_tv_constant",
            "empirical_winners_tv_constant",
-           "bt_misfit", "population_limits", "all_sequences", "sequence_preference", "GRUPolicy", "neural_loss",
-           "gru_weights", "tree_log_probs", "batched_loss", "categorical_optimum", "train_population",
-           "sequence_setup", "categorical_point", "categorical_study", "neural_batch",
+           "bt_misfit", "population_limits", "all_sequences", "sequence_preference", "GRUPolicy", "ddro_step",
+           "dpo_step", "fit_population", "gru_weights", "tree_log_probs", "batched_loss", "categorical_optimum",
+           "train_population", "sequence_setup", "categorical_point", "categorical_study", "neural_batch",
            "loglog_slope"]

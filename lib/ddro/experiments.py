@@ -58,7 +58,7 @@ def categorical_study(pi: np.ndarray, prefs: list[Preference], Ns, seeds,
 
 
 def neural_batch(N: int, kind: str, seed: int, *, replicates: int, vocab: int, length: int, hidden: int,
-                 root: int, lr: float = 0.02, rho: float = 1e-3, max_steps: int = 20000, beta: float = 1.0,
+                 root: int, rho: float = 1e-3, max_steps: int = 20000, beta: float = 1.0,
                  clip: float = 1e-3) -> dict:
     """One batch of the sequence study: ``replicates`` copies of the reference GRU of the chapter
     seed ``root``, copy r fine-tuned with ``kind`` ("ddro" or "dpo") on ``N`` pairs from the stream
@@ -71,7 +71,7 @@ def neural_batch(N: int, kind: str, seed: int, *, replicates: int, vocab: int, l
     setup = sequence_setup(vocab, length, hidden, root)
     counts = [sample_pairs(setup.pi, setup.pref, int(N), stream(root, "gru-pairs", N, seed, r))
               for r in range(replicates)]
-    fits = train_population(kind, setup.ref, setup.pi, counts, vocab, length, lr=lr, rho=rho,
+    fits = train_population(kind, setup.ref, setup.pi, counts, vocab, length, rho=rho,
                             max_steps=max_steps, beta=beta, clip=clip)
     return {"tv": [tv(p, setup.target) for p in fits.policies],
             "tv_optimum": [tv(p, q) for p, q in zip(fits.policies, fits.optimum)],
