@@ -286,9 +286,10 @@ def test_seeds_tallies_every_claim_over_seeds(project):
     assert summary["chapter"] == "99-fixture" and summary["profile"] == "quick"
     assert summary["seeds"] == [0, 1, 2, 7]
     assert summary["claims"] == [
-        {"id": "mean", "kind": "theorem", "held": 4, "failed": 0, "skipped": 0, "not_run": 0, "failed_seeds": []},
+        {"id": "mean", "kind": "theorem", "held": 4, "failed": 0, "skipped": 0, "not_run": 0, "failed_seeds": [],
+         "verdicts": {}},
         {"id": "n-positive", "kind": "check", "held": 4, "failed": 0, "skipped": 0, "not_run": 0,
-         "failed_seeds": []}]
+         "failed_seeds": [], "verdicts": {}}]
     assert "held 4/4" in out.stdout
     # each seed is an ordinary cached run with its own seed
     seed7 = json.loads((project / "_build" / "seeds" / "quick" / "99-fixture" / "seed-7" / "results.json").read_text())
@@ -357,3 +358,17 @@ def test_local_scheduler_runs_the_sweep_on_a_cluster_with_identical_results(proj
     a = json.loads((tmp_path / "a" / "results.json").read_text())
     b = json.loads((tmp_path / "b" / "results.json").read_text())
     assert a["metrics"] == b["metrics"] and a["claims"] == b["claims"]
+
+
+def test_seeds_tallies_an_empirical_claim_by_verdict_not_as_held():
+    from lib.pipeline.seeds import summarise
+
+    def doc(verdict, holds):
+        return {"claims": [{"id": "finding", "kind": "empirical", "holds": holds, "verdict": verdict},
+                           {"id": "bound", "kind": "theorem", "holds": True}]}
+
+    results = {0: doc("reproduced", True), 1: doc("not tested", False), 2: doc("reproduced", True),
+               3: doc("not reproduced", False)}
+    claims = {c["id"]: c for c in summarise("99-fixture", "default", [0, 1, 2, 3], results)["claims"]}
+    assert claims["finding"]["verdicts"] == {"reproduced": [0, 2], "not tested": [1], "not reproduced": [3]}
+    assert claims["bound"]["verdicts"] == {} and claims["bound"]["held"] == 4

@@ -41,8 +41,11 @@ def _claim_row(c: dict, seeds: dict | None) -> str:
     if seeds is not None:
         mine = next((x for x in seeds["claims"] if x["id"] == c["id"]), None)
         if mine is not None:
-            tally = f"held on {mine['held']}/{len(seeds['seeds'])} seeds"
-            if mine["failed_seeds"]:
+            n = len(seeds["seeds"])
+            tally = f"held on {mine['held']}/{n} seeds"
+            if mine.get("verdicts"):
+                tally = "; ".join(f"{v} on {len(got)}/{n}" for v, got in sorted(mine["verdicts"].items()))
+            elif mine["failed_seeds"]:
                 tally += f" (failed: {', '.join(map(str, mine['failed_seeds']))})"
     details = (f"theory {escape(format_value(c.get('theory')))}; simulation "
                f"{escape(format_value(c.get('simulation')))}; tolerance {escape(c.get('tolerance', ''))}")

@@ -280,7 +280,12 @@ def cmd_seeds(book: Book, args) -> int:
             extra += f"  not run on {c['not_run']}" if c["not_run"] else ""
             evaluated = len(seeds) - c.get("skipped", 0)
             extra += f"  (not evaluated at {summary['profile']} on {c['skipped']})" if c.get("skipped") else ""
-            print(f"  {c['kind']:<9} {c['id']:<40} held {c['held']}/{evaluated}{extra}")
+            if c.get("verdicts"):
+                tally = ", ".join(f"{v} {len(got)}/{evaluated}" + (f" (seeds {got})" if len(got) < evaluated else "")
+                                  for v, got in sorted(c["verdicts"].items()))
+                print(f"  {c['kind']:<9} {c['id']:<40} {tally}")
+            else:
+                print(f"  {c['kind']:<9} {c['id']:<40} held {c['held']}/{evaluated}{extra}")
         ok &= all_held(summary, executed)
     return OK if ok else CLAIM_FAILED
 

@@ -4,8 +4,11 @@ Each (chapter, seed) is an ordinary cached run under ``_build/seeds/<profile>/<s
 the per-claim tally is written to ``_build/seeds/<profile>/<slug>/summary.json``::
 
     {"chapter": slug, "profile": profile, "seeds": [0, 1, ...],
-     "claims": [{"id", "kind", "held", "failed", "skipped", "not_run", "failed_seeds"}]}
+     "claims": [{"id", "kind", "held", "failed", "skipped", "not_run", "failed_seeds", "verdicts"}]}
 
+``verdicts`` maps each empirical verdict recorded ("reproduced", "not reproduced", "not tested") to
+the seeds that got it (empty for theorem and check claims): an empirical claim is reported, not
+held, so its tally is by verdict.
 ``skipped`` counts the seeds whose run recorded the claim as not evaluated at its profile
 (``quick``); ``not_run`` the seeds whose run failed to execute or did not record the claim.
 """
@@ -60,19 +63,23 @@ def summarise(chapter: str, profile: str, seeds: list[int], results: dict[int, R
     order: list[str] = []
     kinds: dict[str, str] = {}
     outcome: dict[str, dict[int, bool | None]] = {}  # absent: not recorded on that seed
+    verdicts: dict[str, dict[str, list[int]]] = {}
     for seed in seeds:
         for c in results.get(seed, {}).get("claims", []):
             if c["id"] not in kinds:
                 order.append(c["id"])
                 kinds[c["id"]] = c["kind"]
             outcome.setdefault(c["id"], {})[seed] = c.get("holds")
+            if c.get("verdict"):
+                verdicts.setdefault(c["id"], {}).setdefault(c["verdict"], []).append(seed)
     claims = []
     for cid in order:
         got = outcome[cid]
         failed = [s for s in seeds if got.get(s) is False]
         claims.append({"id": cid, "kind": kinds[cid], "held": sum(got.get(s) is True for s in seeds),
                        "failed": len(failed), "skipped": sum(s in got and got[s] is None for s in seeds),
-                       "not_run": sum(s not in got for s in seeds), "failed_seeds": failed})
+                       "not_run": sum(s not in got for s in seeds), "failed_seeds": failed,
+                       "verdicts": verdicts.get(cid, {})})
     return {"chapter": chapter, "profile": profile, "seeds": seeds, "claims": claims}
 
 
