@@ -20,9 +20,9 @@ the process; a function whose closure cannot be hashed is simply not cached.
 
 Profiling (``companion profile``, whose run context names a file in ``profiling``): every point
 is computed (no kept points are read), and each sweep appends one JSON line to that file: the
-function, the points computed and their wall time, and once per function the matmul FLOPs of
-its first point (counted by torch's ``FlopCounterMode`` in one extra run) with that point's
-uncounted time.
+function, the points computed and their wall time, and once per function the matmul FLOPs and
+the number of torch operators of its first point (counted by torch's ``FlopCounterMode`` and
+:func:`op_counter` in one extra run) with that point's uncounted time.
 """
 
 from __future__ import annotations
@@ -189,6 +189,21 @@ def sweep(fn: Callable, grid, seeds: Iterable[int] = (0,), *, jobs: int | None =
 _PROBED: set[str] = set()  # functions whose FLOPs this process has counted
 
 
+def op_counter():
+    """A torch dispatch mode that counts the operators dispatched under it (forward, backward and
+    optimiser alike, after autograd: each is one trip through PyTorch's per-operator overhead)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Counter(TorchDispatchMode):
+        count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.count += 1
+            return func(*args, **(kwargs or {}))
+
+    return Counter()
+
+
 def _profile(path: str, fn: Callable, task: tuple, points: int, seconds: float, first_s: float | None) -> None:
     """Append this sweep's line to the profile (see the module docstring). The FLOP probe runs
     only where torch is loaded; ``first_s`` is None when the points ran elsewhere, and the
@@ -205,9 +220,10 @@ def _profile(path: str, fn: Callable, task: tuple, points: int, seconds: float, 
             t = time.perf_counter()
             _call(fn, *task)
             first_s = time.perf_counter() - t
-        with FlopCounterMode(display=False) as counter:
+        ops = op_counter()
+        with FlopCounterMode(display=False) as counter, ops:
             _call(fn, *task)
-        line["probe"] = {"flops": int(counter.get_total_flops()), "seconds": round(first_s, 4),
+        line["probe"] = {"flops": int(counter.get_total_flops()), "ops": ops.count, "seconds": round(first_s, 4),
                          "overhead_s": round(time.perf_counter() - extra, 4)}  # the extra runs' time
     with open(path, "a") as f:
         f.write(json.dumps(line) + "\n")

@@ -42,6 +42,7 @@ def test_a_profiled_sweep_appends_its_time_and_one_points_matmul_flops(profiling
     [line] = [json.loads(ln) for ln in profiling.read_text().splitlines()]
     assert line["function"] == f"{__name__}.matmul_point" and line["points"] == 4
     assert line["probe"]["flops"] == 2 * 8 ** 3  # the first point, counted exactly
+    assert line["probe"]["ops"] >= 3  # randn, mm, trace (and whatever torch adds), all counted
     assert 0 < line["probe"]["seconds"] <= line["seconds"] and line["probe"]["overhead_s"] > 0
     assert len(CALLS) == 5  # four points and one counted rerun of the first
     sweep.sweep(matmul_point, {"n": [32]}, seeds=[0])  # the same function again: no second probe
@@ -63,13 +64,31 @@ def test_a_profiled_sweep_computes_every_point_where_a_plain_run_resumes(profili
 
 
 def test_sweep_table_sums_per_function_and_rates_the_probe_against_the_peaks():
-    lines = [{"function": "m.f", "points": 3, "seconds": 2.0, "probe": {"flops": 4e9, "seconds": 0.5}},
-             {"function": "m.g", "points": 1, "seconds": 9.0, "probe": {"flops": 0, "seconds": 9.0}},
+    lines = [{"function": "m.f", "points": 3, "seconds": 2.0, "probe": {"flops": 4e9, "ops": 10, "seconds": 0.5}},
+             {"function": "m.g", "points": 1, "seconds": 9.0, "probe": {"flops": 0, "ops": 0, "seconds": 9.0}},
              {"function": "m.f", "points": 2, "seconds": 1.0}]
-    g, f = profile.sweep_table(lines, peak=16e9, peak_1=10e9)
+    g, f = profile.sweep_table(lines, peak=16e9, peak_1=10e9, op_s=1e-6)
     assert (f["function"], f["sweeps"], f["points"], f["seconds"]) == ("m.f", 2, 5, 3.0)
     assert f["flops_per_s"] == 8e9 and f["of_peak"] == 0.5 and f["of_peak_1_thread"] == 0.8
+    assert f["ops"] == 10 and f["overhead_share"] == 0.0 and f["bound"] == "matmul"
     assert g["function"] == "m.g" and g["flops_per_s"] is None and g["of_peak"] is None  # numpy: no rate
+    assert g["bound"] == "numpy / compiled"
+
+
+@pytest.mark.parametrize("flops, ops, bound", [
+    (3e9, 10, "matmul"),  # 3 GFLOP in 1 s on a 5 GFLOP/s thread: 60 % of its peak
+    (1e9, 600_000, "per-op overhead"),  # 600 000 operators × 1 µs = 0.6 of the second
+    (1e9, 400_000, "other arithmetic"),  # 0.4 of it: most of the time is the operators' own work
+])
+def test_a_function_below_the_matmul_peak_is_bound_by_overhead_where_its_operators_fill_its_time(flops, ops, bound):
+    line = {"function": "m.f", "points": 1, "seconds": 1.0, "probe": {"flops": flops, "ops": ops, "seconds": 1.0}}
+    [row] = profile.sweep_table([line], peak=10e9, peak_1=5e9, op_s=1e-6)
+    assert row["bound"] == bound and row["overhead_share"] == pytest.approx(ops * 1e-6, abs=1e-4)
+
+
+def test_the_per_operator_cost_is_microseconds():
+    costs = profile.op_cost(repeats=2, steps=20)
+    assert len(costs) == 2 and all(1e-8 < c < 1e-3 for c in costs)  # PyTorch: ~1–10 µs per operator
 
 
 def test_cell_times_come_from_papermills_metadata(tmp_path):

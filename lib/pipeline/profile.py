@@ -18,6 +18,16 @@ The chapter runs through the runner (forced, never from the cache) into
 FLOPs are those of matrix products (mm, bmm, addmm, convolutions, attention), the ones a matmul
 peak bounds; elementwise work and numpy are not counted, so a function that trains with numpy
 shows no FLOP rate at all.
+
+What bounds a sweep function below the matmul peak is named from a second count of the same
+probe: the torch operators its point dispatches (forward, backward and optimiser). Each costs
+PyTorch a fixed overhead whatever its size; the yardstick is that overhead measured on this
+machine, one thread, before and after the run: a tiny training step (an 8-8-1 tanh network on 4
+rows, Adam) timed and divided by its own operator count. A point's operators × that cost is the
+time it would take if every operator were free of arithmetic; where that floor is at least half
+the point's time, the function is bound by per-operator overhead (the lever is fewer, larger
+operators: batching or compiling), and where it is not, by the arithmetic the FLOP counter does
+not see (elementwise work, memory traffic, numpy).
 """
 
 from __future__ import annotations
@@ -35,6 +45,10 @@ from lib.run import PROFILING_ENV
 
 PEAK_N = 2048
 PEAK_REPEATS = 5
+OP_STEPS = 400  # tiny training steps per timing of the per-operator cost
+#: a function at this share of a thread's matmul peak is bound by arithmetic; a point whose
+#: operator floor is this share of its time is bound by per-operator overhead
+MATMUL_BOUND, OVERHEAD_BOUND = 0.4, 0.5
 SWEEPS = "sweeps.jsonl"
 PROFILE = "profile.json"
 
@@ -63,6 +77,50 @@ def matmul_peak(threads: int, n: int = PEAK_N, repeats: int = PEAK_REPEATS) -> l
         torch.set_num_threads(previous)
 
 
+def op_cost(repeats: int = PEAK_REPEATS, steps: int = OP_STEPS) -> list[float]:
+    """Seconds per dispatched torch operator on one thread: ``repeats`` timings of ``steps`` tiny
+    training steps (8-8-1 tanh network, 4 rows, Adam), each divided by the operators one step
+    dispatches (counted as :mod:`lib.sweep`'s probe counts them)."""
+    import torch
+
+    from lib.sweep import one_thread, op_counter
+
+    g = torch.Generator().manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+    x = torch.randn(4, 8, generator=g)
+
+    def step():
+        opt.zero_grad()
+        net(x).pow(2).mean().backward()
+        opt.step()
+
+    with one_thread():
+        step()
+        counter = op_counter()
+        with counter:
+            step()
+        costs = []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            for _ in range(steps):
+                step()
+            costs.append((time.perf_counter() - t) / (steps * counter.count))
+    return costs
+
+
+def bound(row: dict, op_s: float) -> str:
+    """What limits a sweep function's speed (module docstring): "matmul", "per-op overhead",
+    "other arithmetic" or, without torch operators, "numpy / compiled"."""
+    if not row.get("ops"):
+        return "numpy / compiled"
+    if (row["of_peak_1_thread"] or 0.0) >= MATMUL_BOUND:
+        return "matmul"
+    if row["ops"] * op_s >= OVERHEAD_BOUND * row["probe_seconds"]:
+        return "per-op overhead"
+    return "other arithmetic"
+
+
 def cell_times(notebook: Path) -> list[dict]:
     """Each executed code cell: its index in the notebook, first line of code and wall time."""
     cells = json.loads(notebook.read_text())["cells"]
@@ -77,25 +135,31 @@ def cell_times(notebook: Path) -> list[dict]:
     return found
 
 
-def sweep_table(lines: list[dict], peak: float, peak_1: float) -> list[dict]:
-    """The sweeps' lines (lib.sweep) summed per function, with the achieved FLOP/s of its probe
-    and that rate as a share of the peak on the run's threads and on one thread."""
+def sweep_table(lines: list[dict], peak: float, peak_1: float, op_s: float) -> list[dict]:
+    """The sweeps' lines (lib.sweep) summed per function, with the achieved FLOP/s of its probe,
+    that rate as a share of the peak on the run's threads and on one thread, its operator count,
+    the share of its time those operators' fixed cost ``op_s`` accounts for, and its bound."""
     rows: dict[str, dict] = {}
     for line in lines:
         row = rows.setdefault(line["function"], {"function": line["function"], "sweeps": 0, "points": 0,
                                                  "seconds": 0.0, "flops_per_point": None,
-                                                 "probe_seconds": None, "flops_per_s": None})
+                                                 "probe_seconds": None, "flops_per_s": None,
+                                                 "ops": None})
         row["sweeps"] += 1
         row["points"] += line["points"]
         row["seconds"] = round(row["seconds"] + line["seconds"], 4)
         if "probe" in line and row["flops_per_point"] is None:
             row["flops_per_point"], row["probe_seconds"] = line["probe"]["flops"], line["probe"]["seconds"]
+            row["ops"] = line["probe"].get("ops")
             if line["probe"]["flops"] and line["probe"]["seconds"] > 0:
                 row["flops_per_s"] = line["probe"]["flops"] / line["probe"]["seconds"]
     for row in rows.values():
         rate = row["flops_per_s"]
         row["of_peak"] = None if rate is None else round(rate / peak, 4)
         row["of_peak_1_thread"] = None if rate is None else round(rate / peak_1, 4)
+        ops, seconds = row["ops"], row["probe_seconds"]
+        row["overhead_share"] = round(ops * op_s / seconds, 4) if ops and seconds else None
+        row["bound"] = bound(row, op_s)
     return sorted(rows.values(), key=lambda r: -r["seconds"])
 
 
@@ -110,7 +174,8 @@ def profile(book: Book, chapter: ChapterSource, profile: str, overrides: dict, r
     sweeps.unlink(missing_ok=True)
 
     def peaks() -> dict:
-        return {"load": round(os.getloadavg()[0], 2), "threads": matmul_peak(threads), "one_thread": matmul_peak(1)}
+        return {"load": round(os.getloadavg()[0], 2), "threads": matmul_peak(threads), "one_thread": matmul_peak(1),
+                "op_s": op_cost()}
 
     before = peaks()
     with _environ(PROFILING_ENV, str(sweeps)):
@@ -120,14 +185,15 @@ def profile(book: Book, chapter: ChapterSource, profile: str, overrides: dict, r
     after = peaks()
     peak = statistics.median(before["threads"] + after["threads"])
     peak_1 = statistics.median(before["one_thread"] + after["one_thread"])
+    op_s = statistics.median(before["op_s"] + after["op_s"])
     lines = [json.loads(ln) for ln in sweeps.read_text().splitlines()] if sweeps.exists() else []
     doc = {
         "chapter": chapter.slug, "profile": profile, "overrides": overrides, "run": str(out),
         "runtime_s": round(result.runtime_s, 2), "threads": threads,
         "peak": {"matmul_n": PEAK_N, "flops_per_s": peak, "one_thread_flops_per_s": peak_1,
-                 "before": before, "after": after},
+                 "op_s": op_s, "before": before, "after": after},
         "cells": cell_times(out / f"{chapter.slug}.ipynb"),
-        "sweeps": sweep_table(lines, peak, peak_1),
+        "sweeps": sweep_table(lines, peak, peak_1, op_s),
         # the probes' extra runs: inside the cell times and runtime_s, outside the sweeps' seconds
         "probe_overhead_s": round(sum(ln.get("probe", {}).get("overhead_s", 0.0) for ln in lines), 3),
     }
@@ -167,7 +233,8 @@ def render(doc: dict, top: int = 10) -> str:
     out = [f"{doc['chapter']} [{doc['profile']}]: {doc['runtime_s']:.1f} s on {doc['threads']} threads",
            f"matmul peak ({p['matmul_n']}² fp32, median before and after the run): "
            f"{_g(p['flops_per_s'])} GFLOP/s on {doc['threads']} threads, {_g(p['one_thread_flops_per_s'])} "
-           f"on 1 (load average {p['before']['load']} → {p['after']['load']})", "",
+           f"on 1 (load average {p['before']['load']} → {p['after']['load']}); "
+           f"{1e6 * p['op_s']:.1f} µs per torch operator on 1 thread", "",
            f"{'cell':>6}  {'first line of code':<58} {'s':>8} {'%':>6}"]
     cells = sorted(doc["cells"], key=lambda c: -c["seconds"])
     for c in cells[:top]:
@@ -176,11 +243,12 @@ def render(doc: dict, top: int = 10) -> str:
         s = sum(c["seconds"] for c in rest)
         out.append(f"{'':>6}  {f'{len(rest)} other cells':<58} {s:>8.2f} {100 * s / total:>6.1f}")
     out += ["", f"{'sweep function':<44} {'sweeps':>6} {'points':>6} {'s':>8} {'%':>6} "
-                f"{'GFLOP/pt':>9} {'GFLOP/s':>8} {'%peak':>6} {'%1-thr':>6}"]
+                f"{'GFLOP/pt':>9} {'GFLOP/s':>8} {'%peak':>6} {'%1-thr':>6} {'ops/pt':>9} {'%ops':>6}  bound"]
     for r in doc["sweeps"]:
         out.append(f"{r['function'][-44:]:<44} {r['sweeps']:>6} {r['points']:>6} {r['seconds']:>8.2f} "
                    f"{100 * r['seconds'] / total:>6.1f} {_g(r['flops_per_point']):>9} {_g(r['flops_per_s']):>8} "
-                   f"{_pct(r['of_peak']):>6} {_pct(r['of_peak_1_thread']):>6}")
+                   f"{_pct(r['of_peak']):>6} {_pct(r['of_peak_1_thread']):>6} {r['ops'] or '-':>9} "
+                   f"{_pct(r['overhead_share']):>6}  {r['bound']}")
     if not doc["sweeps"]:
         out.append("(no sweeps)")
     extra = doc.get("probe_overhead_s", 0.0)
