@@ -58,6 +58,14 @@ def wilson(successes, trials, level: float = 0.95):
     return centre - half, centre + half
 
 
+def one_sided_wilson(accuracy, trials: int, alpha: float):
+    """One-sided Wilson bounds ``(lower, upper)`` at level ``alpha`` each for accuracies measured
+    on ``trials`` items (rounded to whole successes): a true rate below ``lower`` (above
+    ``upper``) gives such an accuracy with probability at most ``alpha``."""
+    k = np.round(np.asarray(accuracy, dtype=float) * trials)
+    return wilson(k, trials, level=1.0 - 2.0 * alpha)
+
+
 def geometric_mean(samples, axis: int = -1):
     """``exp(mean(log samples))`` over ``axis``: inf where any sample is inf (a censored run)."""
     return np.exp(np.mean(np.log(np.asarray(samples, dtype=float)), axis=axis))

@@ -34,6 +34,21 @@ def test_wilson_stays_in_the_unit_interval_and_matches_the_formula():
     assert (lo[1] + hi[1]) / 2 == pytest.approx(0.5)
 
 
+def test_one_sided_wilson_bounds_have_their_level_at_one_half_by_brute_force():
+    """At a true rate of 1/2 (the level chapter 01's rules test) the lower bound exceeds it, and
+    the upper bound falls below it, with probability ≤ alpha (exact binomial sums). Away from 1/2
+    Wilson is approximate: at n = 40, p = 0.1 its lower tail is 5·alpha."""
+    alpha = 1e-3
+    for n in (256, 1024):
+        k = np.arange(n + 1)
+        lower, upper = S.one_sided_wilson(k / n, n, alpha)
+        assert (lower <= k / n).all() and (upper >= k / n).all()
+        assert sps.binom.pmf(k, n, 0.5)[lower > 0.5].sum() <= alpha
+        assert sps.binom.pmf(k, n, 0.5)[upper < 0.5].sum() <= alpha
+    z = sps.norm.ppf(1 - alpha)  # the one-sided quantile: k = 0's upper bound is z²/(n + z²)
+    assert upper[0] == pytest.approx(z**2 / (n + z**2))
+
+
 def test_geometric_mean_and_interval():
     assert S.geometric_mean([[1.0, 100.0]]) == pytest.approx([10.0])
     assert np.isinf(S.geometric_mean([1.0, np.inf]))  # a censored run censors the mean
