@@ -111,14 +111,14 @@ def op_cost(repeats: int = PEAK_REPEATS, steps: int = OP_STEPS) -> list[float]:
 
 def bound(row: dict, op_s: float) -> str:
     """What limits a sweep function's speed (module docstring): "matmul", "per-op overhead",
-    "other arithmetic" or, without torch operators, "numpy / compiled"."""
+    "non-matmul work" or, without torch operators, "numpy / compiled"."""
     if not row.get("ops"):
         return "numpy / compiled"
     if (row["of_peak_1_thread"] or 0.0) >= MATMUL_BOUND:
         return "matmul"
     if row["ops"] * op_s >= OVERHEAD_BOUND * row["probe_seconds"]:
         return "per-op overhead"
-    return "other arithmetic"
+    return "non-matmul work"
 
 
 def cell_times(notebook: Path) -> list[dict]:
