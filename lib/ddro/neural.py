@@ -270,7 +270,6 @@ def fit_population(kind: str, logp_of, params: dict, logp_ref, C, best, tol, max
     torch = _torch()
     M, S = len(best), logp_ref.shape[-1]
     params = {k: v.detach().clone().requires_grad_(True) for k, v in params.items()}
-    names = list(params)
     active = torch.arange(M)
     out = torch.zeros(M, S, dtype=torch.float64)
     steps = np.full(M, max_steps)
@@ -282,10 +281,8 @@ def fit_population(kind: str, logp_of, params: dict, logp_ref, C, best, tol, max
         logp = logp_of(params)
         loss = batched_loss(kind, logp.detach(), logp_ref, C[active], beta=beta, clip=clip, alpha=alpha)
         gap = loss - best[active]
-        done = gap <= tol[active]
-        if step == max_steps:
-            done = torch.ones_like(done)
-        if done.any():
+        done = gap <= tol[active] if step < max_steps else torch.ones_like(gap, dtype=torch.bool)
+        if done.any():  # retire the members that met the rule: record them, drop their rows
             idx = active[done]
             out[idx] = logp.detach()[done]
             for i, g in zip(idx.tolist(), gap[done].tolist()):
@@ -299,37 +296,60 @@ def fit_population(kind: str, logp_of, params: dict, logp_ref, C, best, tol, max
             r, damp, loss = r[keep], damp[keep], loss[keep]
             last = None if last is None else tuple(x[keep] for x in last)
             logp = logp_of(params)
-        m = len(active)
-        eye = torch.eye(S, dtype=logp.dtype)[:, None, :].expand(S, m, S)
-        rows = torch.autograd.grad(logp, [params[k] for k in names], grad_outputs=eye, is_grads_batched=True)
+        J, theta = _jacobian(logp, params)
         with torch.no_grad():
-            J = torch.cat([x.reshape(S, m, -1) for x in rows], dim=2).transpose(0, 1)       # (m, S, P)
-            theta = torch.cat([params[k].detach().reshape(m, -1) for k in names], dim=1)
             z = logp.detach()
             if last is not None:
-                worse = loss > last[0]
-                r = torch.where(worse, r / 2, torch.clamp(2 * r, max=max_radius))
-                damp = torch.where(worse, damp * 10, torch.clamp(damp / 10, min=1e-12))
-                back = worse[:, None]
-                loss = torch.where(worse, last[0], loss)
-                theta = torch.where(back, last[1], theta)
-                z = torch.where(back, last[2], z)
-                J = torch.where(back[..., None], last[3], J)
+                loss, theta, z, J, r, damp = _accept_or_undo(loss, theta, z, J, last, r, damp, max_radius)
             last = (loss, theta, z, J)
             if kind == "ddro":
                 delta = ddro_step(z - logp_ref, torch.exp(z), C[active], r, alpha, clip)
             else:
                 delta = dpo_step(z - logp_ref, torch.exp(z), C[active], r, beta)
-            K = J @ J.transpose(1, 2)
-            mu = damp * K.diagonal(dim1=1, dim2=2).mean(1)
-            K = K + mu[:, None, None] * torch.eye(S, dtype=K.dtype)
-            theta = theta + (J.transpose(1, 2) @ torch.linalg.solve(K, delta[..., None]))[..., 0]
-            start = 0
-            for k in names:
-                size = params[k][0].numel()
-                params[k] = theta[:, start:start + size].reshape(params[k].shape).clone().requires_grad_(True)
-                start += size
+            params = _unflatten(_gauss_newton(J, theta, delta, damp), params)
     return out, steps, excess
+
+
+def _jacobian(logp, params: dict):
+    """J = ∂log π_θ/∂θ per member (m, S, P), by S batched backward passes, and θ flattened (m, P)."""
+    torch = _torch()
+    m, S = logp.shape
+    eye = torch.eye(S, dtype=logp.dtype)[:, None, :].expand(S, m, S)
+    rows = torch.autograd.grad(logp, list(params.values()), grad_outputs=eye, is_grads_batched=True)
+    J = torch.cat([x.reshape(S, m, -1) for x in rows], dim=2).transpose(0, 1)
+    theta = torch.cat([v.detach().reshape(m, -1) for v in params.values()], dim=1)
+    return J, theta
+
+
+def _accept_or_undo(loss, theta, z, J, last, r, damp, max_radius: float):
+    """Step 3 of :func:`fit_population`: members whose loss rose since ``last`` go back to it with
+    half the radius and 10× the damping; the others double the radius and divide the damping."""
+    torch = _torch()
+    worse = loss > last[0]
+    r = torch.where(worse, r / 2, torch.clamp(2 * r, max=max_radius))
+    damp = torch.where(worse, damp * 10, torch.clamp(damp / 10, min=1e-12))
+    back = worse[:, None]
+    return (torch.where(worse, last[0], loss), torch.where(back, last[1], theta),
+            torch.where(back, last[2], z), torch.where(back[..., None], last[3], J), r, damp)
+
+
+def _gauss_newton(J, theta, delta, damp):
+    """Step 2 of :func:`fit_population`: θ + Jᵀ (J Jᵀ + μ I)⁻¹ Δ with μ = d·tr(J Jᵀ)/S, per member."""
+    torch = _torch()
+    K = J @ J.transpose(1, 2)
+    mu = damp * K.diagonal(dim1=1, dim2=2).mean(1)
+    K = K + mu[:, None, None] * torch.eye(K.shape[-1], dtype=K.dtype)
+    return theta + (J.transpose(1, 2) @ torch.linalg.solve(K, delta[..., None]))[..., 0]
+
+
+def _unflatten(theta, like: dict) -> dict:
+    """The rows of ``theta`` (m, P) as leaf tensors shaped like ``like``'s, requiring grad."""
+    params, start = {}, 0
+    for k, v in like.items():
+        size = v[0].numel()
+        params[k] = theta[:, start:start + size].reshape(v.shape).clone().requires_grad_(True)
+        start += size
+    return params
 
 
 @dataclass
