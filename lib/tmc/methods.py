@@ -73,11 +73,17 @@ TRAINERS: dict[str, Callable] = {"REINFORCE": _reinforce, "RL-rej": _rl_rej, "RA
 
 
 def post_train(setting: Setting, method: str, steps: int, lr: float, rng: np.random.Generator,
-               record_every: int = 10, **hyper) -> list[Matrices]:
+               record_every: int = 10, compiled: bool = True, **hyper) -> list[Matrices]:
     """Run one post-training method for ``steps`` instances from the reference policy.
-    Returns the logits at steps 0, record_every, 2·record_every, …, steps."""
+    Returns the logits at steps 0, record_every, 2·record_every, …, steps. With ``compiled``
+    the loop runs in :func:`lib.tmc.compiled.post_train_compiled` (the same draws, the same
+    numbers to round-off); without, it runs here step by step in numpy (the reference)."""
     if method not in TRAINERS:
         raise ValueError(f"unknown method {method!r}; choose from {sorted(TRAINERS)}")
+    if compiled:
+        from lib.tmc.compiled import post_train_compiled
+
+        return post_train_compiled(setting, method, steps, lr, rng, record_every, **hyper)
     update = TRAINERS[method]
     logits = [z.copy() for z in setting.ref_logits]
     history = [logits]
