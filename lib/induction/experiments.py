@@ -13,12 +13,16 @@ import warnings
 
 import numpy as np
 from scipy.optimize import OptimizeWarning, curve_fit
+from scipy.stats import norm
+from scipy.stats import t as student_t
 
 from lib.induction.data import LengthDist, sample_ood
 from lib.induction.one_layer import Embedding, evaluate, predict, train_two_step
-from lib.induction.theory import lemma7_w_kq, max_sum_ratio
+from lib.induction.theory import (lemma7_ratio, lemma7_ratio_next, lemma7_w_kq, max_sum_ratio,
+                                  measured_ratio)
+from lib.induction.threshold import ood_accuracy
 from lib.seeding import stream
-from lib.stats import jackknife_se, loglog_slope  # noqa: F401  (loglog_slope re-exported for the chapter)
+from lib.stats import jackknife_se, loglog_slope, one_sided_wilson  # noqa: F401  (loglog_slope re-exported for the chapter)
 
 
 def fig3_grid(l_lo: int = 3, l_hi: int = 15, step: int = 1) -> list[dict]:
@@ -135,8 +139,6 @@ def lemma7_point(n_trg: int, dist: LengthDist, *, root: int, n_vocab: int, n_pos
     of the ``W_KQ`` step (the ``W_V`` step is shared by all of them). The samples come from
     stream ``("lemma7", n_trg, n_vocab, lengths, probabilities)`` of the chapter seed
     ``root``."""
-    from lib.induction.theory import lemma7_ratio, lemma7_ratio_next, measured_ratio
-
     rng = stream(root, "lemma7", n_trg, n_vocab, dist.lengths, dist.probs)
     parts: list = []
     w_kq, _ = train_two_step(rng, Embedding(n_pos, n_vocab), n_trg, dist, eta_v=eta_v,
@@ -161,8 +163,6 @@ def lemma7_tolerance(next_order, se, *, n_vocab: int, n_trg: int, l_min: int, n_
     ``6/((N−N_trg) T(ℓ_min))``. Sampling: a Student-t quantile with ``n_chunks − 1`` degrees
     of freedom at two-sided ``false_alarm/n_tests`` (Bonferroni over the tested pairs) times
     the jackknife standard error."""
-    from scipy.stats import t as student_t
-
     quantile = float(student_t.ppf(1 - false_alarm / (2 * n_tests), n_chunks - 1))
     bias = 6.0 / ((n_vocab - n_trg) * (2 * np.asarray(l_min) + 3))
     return bias * np.abs(np.asarray(next_order)) + quantile * np.asarray(se), quantile
@@ -184,16 +184,11 @@ def contrast_rule(acc_diverse, acc_narrow, m_test: int, *, level: float = 0.5,
     Returns ``{"holds", "seeds_passing", "lower_diverse", "upper_narrow", "detectable"}``:
     ``detectable`` is the smallest accuracy whose lower bound reaches ``level`` at ``m_test``
     (by symmetry ``1 − detectable`` the largest whose upper bound stays at most ``level``)."""
-    from lib.stats import wilson
-
-    div = np.asarray(acc_diverse, dtype=float)
-    nar = np.asarray(acc_narrow, dtype=float)
-    conf = 1.0 - 2.0 * false_alarm  # two-sided level whose one-sided tails are false_alarm
-    lower = wilson(np.round(div * m_test), m_test, level=conf)[0]
-    upper = wilson(np.round(nar * m_test), m_test, level=conf)[1]
+    lower = one_sided_wilson(acc_diverse, m_test, false_alarm)[0]
+    upper = one_sided_wilson(acc_narrow, m_test, false_alarm)[1]
     passing = (lower >= level) & (upper <= level)
     k = np.arange(m_test + 1)
-    reach = k[wilson(k, m_test, level=conf)[0] >= level]
+    reach = k[one_sided_wilson(k / m_test, m_test, false_alarm)[0] >= level]
     return {"holds": bool(passing.size > 0 and passing.all()),
             "seeds_passing": int(passing.sum()), "lower_diverse": lower.tolist(),
             "upper_narrow": upper.tolist(),
@@ -230,17 +225,13 @@ def separation_rule(acc_diverse, acc_narrow, r_diverse, r_narrow, m_test: int, *
     narrow window (of another count) has its lower bound above that window's upper bound.
     Returns ``{"holds", "lower_diverse", "upper_narrow", "gap", "rival_rejected", "quantile"}``
     (``gap``: the smallest lower-minus-upper margin over the pairs)."""
-    from lib.stats import wilson
-
-    div, nar = np.asarray(acc_diverse, float), np.asarray(acc_narrow, float)
+    div = np.asarray(acc_diverse, float)
     rd, rn = np.asarray(r_diverse, float), np.asarray(r_narrow, float)
     alpha = false_alarm / (2 * div.size)
-    conf = 1.0 - 2.0 * alpha
-    lower = wilson(np.round(div * m_test), m_test, level=conf)[0]
-    upper = wilson(np.round(nar * m_test), m_test, level=conf)[1]
+    lower = one_sided_wilson(div, m_test, alpha)[0]
+    upper = one_sided_wilson(acc_narrow, m_test, alpha)[1]
     holds = bool(div.size > 0 and np.all(lower >= level) and np.all(lower > upper))
     crossed = (rd[:, None] > rn[None, :]) & (lower[:, None] > upper[None, :])
-    from scipy.stats import norm
     return {"holds": holds, "lower_diverse": lower.tolist(), "upper_narrow": upper.tolist(),
             "gap": float(np.min(lower - upper)), "rival_rejected": bool(crossed.any()),
             "quantile": float(norm.ppf(1 - alpha))}
@@ -251,10 +242,9 @@ def regime_cell(n_trg: int, l_min: int, l_max: int, seed: int, *, root: int, n_v
     """One window of the trained threshold test: :func:`ood_cell` with the embedding sized to
     the window (``L = 2ℓ_max + 4``), plus ``N_trg·R`` and ``exact``, the OOD accuracy of Lemma 7's
     hard-attention model (:func:`lib.induction.threshold.ood_accuracy`, no sampling)."""
-    from lib.induction.threshold import ood_accuracy
-
     res = ood_cell(n_trg, l_min, l_max, seed, root=root, n_vocab=n_vocab,
                    n_pos=n_pos_for(l_max), eta_v=eta_v, eta_kq=eta_kq, m_train=m_train,
                    m_test=m_test)
     dist = LengthDist.uniform(l_min, l_max)
     return {**res, "n_trg_R": n_trg * res["R"], "exact": ood_accuracy(dist, n_trg)}
+
