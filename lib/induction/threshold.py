@@ -92,9 +92,11 @@ def ood_accuracy(dist: LengthDist, n_trg: int) -> float:
 def ood_configurations(l_min: int, l_max: int) -> tuple[np.ndarray, np.ndarray]:
     """Every OOD configuration ``(ℓ, ℓ1)``: ``ℓ ∈ l_min+1..l_max``, ``ℓ1 ∈ {1..2ℓ−1} \\ {ℓ}``
     (the support of :func:`lib.induction.data.ood_lengths`)."""
-    pairs = [(e, j) for e in range(l_min + 1, l_max + 1) for j in range(1, 2 * e) if j != e]
-    arr = np.array(pairs, dtype=np.int64)
-    return arr[:, 0], arr[:, 1]
+    ell = np.arange(l_min + 1, l_max + 1, dtype=np.int64)
+    count = 2 * ell - 2                                       # ℓ1 ∈ 1..2ℓ−1 without ℓ
+    ell = np.repeat(ell, count)
+    rank = np.arange(ell.size) - np.repeat(np.cumsum(count) - count, count)  # 0..2ℓ−3
+    return ell, rank + 1 + (rank + 1 >= ell)
 
 
 def window_family(l_hi: int, l_lo: int = 1) -> list[tuple[int, int]]:
