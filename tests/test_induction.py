@@ -7,8 +7,9 @@ import torch
 from lib.induction import experiments as E
 from lib.induction import theory as TH
 from lib.induction.data import PAD, LengthDist, ood_lengths, sample_ood, sample_train
-from lib.induction.one_layer import (Embedding, _grads_at_zero_kq, evaluate, reference_grad,
-                                     train_two_step)
+from lib.induction import compiled
+from lib.induction.one_layer import (Embedding, _grads_at_zero_kq, _grads_dense, _scatter,
+                                     evaluate, reference_grad, train_two_step)
 from lib.induction.realistic import RealisticConfig, Transformer, realistic_cell, train
 
 N, N_TRG = 9, 2
@@ -81,6 +82,38 @@ def test_closed_form_gradients_match_autograd(wrt):
     ref = reference_grad(emb, b, torch.zeros(emb.dim, emb.dim), w_v.float(), wrt).double()
     mine = (g_v if wrt == "v" else g_kq) / len(b)
     assert torch.allclose(mine, ref, atol=1e-5)
+
+
+@pytest.mark.parametrize("n_vocab,n_trg,lo,hi", [(9, 2, 1, 6), (9, 1, 3, 3), (40, 5, 2, 9)])
+def test_compiled_grads_match_the_dense_products(n_vocab, n_trg, lo, hi):
+    """The compiled sums against the dense torch products: x̄ bitwise, the gradients to
+    round-off, at W_V = 0 (the first step) and at a random W_V."""
+    emb = Embedding(E.n_pos_for(hi), n_vocab)
+    b = sample_train(np.random.default_rng(11), n_vocab, n_trg, LengthDist.uniform(lo, hi), 64)
+    idx = emb.features(b.tokens)
+    inside = (torch.arange(idx.shape[1])[None, :] < torch.as_tensor(b.length)[:, None]).double()
+    xbar = _scatter(idx, inside / torch.as_tensor(b.length)[:, None], emb.dim)[:, :emb.dim]
+    assert torch.equal(torch.from_numpy(compiled.mean_embedding(b.tokens, b.length, emb.n_pos,
+                                                                n_vocab)), xbar)
+    zero = torch.zeros(n_vocab, emb.dim, dtype=torch.float64)
+    w_v = torch.randn(n_vocab, emb.dim, dtype=torch.float64,
+                      generator=torch.Generator().manual_seed(1))
+    for mine, dense in [(_grads_at_zero_kq(emb, b, None), _grads_dense(emb, b, zero)),
+                        (_grads_at_zero_kq(emb, b, w_v), _grads_dense(emb, b, w_v))]:
+        for m, d in zip(mine, dense):
+            assert torch.allclose(m, d, rtol=1e-12, atol=1e-12 * float(d.abs().max()))
+    assert _grads_at_zero_kq(emb, b, w_v, v=False)[0] is None
+    assert _grads_at_zero_kq(emb, b, w_v, kq=False)[1] is None
+
+
+def test_compiled_two_steps_match_the_dense_ones():
+    d = LengthDist.uniform(2, 7)
+    emb = Embedding(E.n_pos_for(7), N)
+    kw = dict(eta_v=1e3, eta_kq=1e4, m_v=700, m_kq=700, chunk=256)
+    fast = train_two_step(np.random.default_rng(12), emb, N_TRG, d, **kw)
+    plain = train_two_step(np.random.default_rng(12), emb, N_TRG, d, dense=True, **kw)
+    for a, b in zip(fast, plain):
+        assert torch.allclose(a, b, rtol=1e-12, atol=1e-12 * float(b.abs().max()))
 
 
 def test_first_step_value_matrix_matches_its_expectation():

@@ -2,6 +2,7 @@
 
 - :mod:`.data`: the trigger–output task (Definition 1), length distributions, the OOD test.
 - :mod:`.one_layer`: the one-layer transformer of eq. (2.1) and Algorithm 1.
+- :mod:`.compiled`: Algorithm 1's sparse gradient sums, compiled (numba).
 - :mod:`.theory`: the max-sum ratio, Lemma 7's W_KQ (leading and next order), Proposition 8.
 - :mod:`.threshold`: Theorems 5–6 in the population limit: the exact OOD decision of Lemma 7's
   matrix with hard attention, and the threshold statistic over every window.

@@ -248,3 +248,46 @@ def regime_cell(n_trg: int, l_min: int, l_max: int, seed: int, *, root: int, n_v
     dist = LengthDist.uniform(l_min, l_max)
     return {**res, "n_trg_R": n_trg * res["R"], "exact": ood_accuracy(dist, n_trg)}
 
+
+def bench(repeats: int = 3) -> list[dict]:
+    """Algorithm 1 with the dense torch products against the compiled sums
+    (:mod:`lib.induction.compiled`), both in this process on one thread: a cell of the OOD grid
+    (``N = 32``) and a window of the trained threshold test (``N = 512``) at the chapter's
+    default sizes, each trained both ways from the same stream and tested on the same sequences.
+    Prints and returns the best time of each way over ``repeats``, their ratio, the largest
+    relative difference of ``W_KQ`` and ``W_V`` and the OOD accuracy of each."""
+    import time
+
+    import torch
+
+    torch.set_num_threads(1)
+    cases = {"ood_cell N=32 (4, 5..12)": (32, 4, 5, 12, n_pos_for(15), 1e3, 1e4, 8192),
+             "regime_cell N=512 (8, 8..30)": (512, 8, 8, 30, n_pos_for(30), 16000.0, 1e5, 65536)}
+    rows = []
+    for name, (n_vocab, n_trg, l_min, l_max, n_pos, eta_v, eta_kq, m) in cases.items():
+        dist, emb = LengthDist.uniform(l_min, l_max), Embedding(n_pos, n_vocab)
+        out = {}
+        for dense in (True, False):
+            best = float("inf")
+            for _ in range(repeats):
+                rng = stream(0, "bench", name)
+                start = time.perf_counter()
+                w = train_two_step(rng, emb, n_trg, dist, eta_v=eta_v, eta_kq=eta_kq, m_v=m,
+                                   m_kq=m, dense=dense)
+                best = min(best, time.perf_counter() - start)
+            test = sample_ood(rng, n_vocab, n_trg, l_min, l_max, 1024)
+            out[dense] = (best, w, evaluate(emb, test, *w)["accuracy"])
+        rel = [float((a - b).abs().max() / b.abs().max()) for a, b in zip(out[False][1], out[True][1])]
+        rows.append({"case": name, "dense_s": out[True][0], "compiled_s": out[False][0],
+                     "ratio": out[True][0] / out[False][0], "rel_diff_w_kq": rel[0],
+                     "rel_diff_w_v": rel[1], "accuracy_dense": out[True][2],
+                     "accuracy_compiled": out[False][2]})
+        r = rows[-1]
+        print(f"{name}: dense {r['dense_s']:.3f} s, compiled {r['compiled_s']:.3f} s, "
+              f"ratio {r['ratio']:.2f}; largest relative difference W_KQ {rel[0]:.1e}, "
+              f"W_V {rel[1]:.1e}; OOD accuracy {r['accuracy_dense']} / {r['accuracy_compiled']}")
+    return rows
+
+
+if __name__ == "__main__":
+    bench()

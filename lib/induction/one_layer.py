@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from lib.induction import compiled
 from lib.induction.data import PAD, Batch, LengthDist, sample_train
 
 
@@ -106,7 +107,8 @@ def reference_grad(emb: Embedding, batch: Batch, w_kq: torch.Tensor, w_v: torch.
 # With g = softmax(f) − e_o (the cross-entropy gradient in f):
 #   ∂ℓ/∂W_V  = g x̄ᵀ
 #   ∂ℓ/∂W_KQ = Σ_t (1/T)(v_t − v̄) x_t x_Tᵀ,   v_t = gᵀ W_V x_t,  v̄ = (1/T) Σ_t v_t,
-# the softmax Jacobian at uniform weights being (1/T)(I − 11ᵀ/T).
+# the softmax Jacobian at uniform weights being (1/T)(I − 11ᵀ/T). The sparse sums are compiled
+# (lib.induction.compiled); _grads_dense is the same as dense torch products.
 
 def _scatter(idx: torch.Tensor, weight: torch.Tensor, dim: int) -> torch.Tensor:
     """``Σ_t weight_t x_t`` for every sequence: ``(B, D+1)`` (last column: absent features)."""
@@ -122,9 +124,35 @@ def _gather(h: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     return torch.gather(h, 1, idx.reshape(B, -1)).reshape(B, T, 3).sum(-1)
 
 
-def _grads_at_zero_kq(emb: Embedding, batch: Batch, w_v: torch.Tensor, kq: bool = True):
-    """Sums over the batch of ``∂ℓ/∂W_V`` and ``∂ℓ/∂W_KQ`` at ``W_KQ = 0`` (float64); with
-    ``kq=False`` only the first (the second is returned as ``None``)."""
+def _grads_at_zero_kq(emb: Embedding, batch: Batch, w_v: torch.Tensor | None, kq: bool = True,
+                      v: bool = True):
+    """Sums over the batch of ``∂ℓ/∂W_V`` and ``∂ℓ/∂W_KQ`` at ``W_KQ = 0`` (float64), each
+    ``None`` where not asked for (``v=False``, ``kq=False``). ``w_v=None`` stands for
+    ``W_V = 0`` (Algorithm 1's first step), where the logits are zero without a product. The
+    sparse sums are compiled (:mod:`lib.induction.compiled`); the dense products that remain
+    are ``x̄ W_Vᵀ`` and ``g W_V``."""
+    L, N = emb.n_pos, emb.n_vocab
+    tokens, length = np.ascontiguousarray(batch.tokens), np.ascontiguousarray(batch.length)
+    if w_v is None and not kq:
+        grad_v = (torch.from_numpy(compiled.value_grad_at_zero(tokens, length, batch.target, L, N))
+                  if v else None)
+        return grad_v, None
+    if w_v is None:
+        w_v = torch.zeros(N, emb.dim, dtype=torch.float64)
+    xbar = torch.from_numpy(compiled.mean_embedding(tokens, length, L, N))
+    g = torch.softmax(xbar @ w_v.T, dim=1)
+    g[torch.arange(len(batch)), torch.as_tensor(batch.target)] -= 1.0
+    grad_v = g.T @ xbar if v else None
+    if not kq:
+        return grad_v, None
+    h = (g @ w_v).numpy()
+    return grad_v, torch.from_numpy(compiled.key_query_grad(tokens, length, h, L, N))
+
+
+def _grads_dense(emb: Embedding, batch: Batch, w_v: torch.Tensor, kq: bool = True):
+    """Both sums of :func:`_grads_at_zero_kq` as dense torch products (the sparse features
+    scattered into ``(B, D)`` rows, then multiplied), ``W_KQ``'s only with ``kq``: the plain
+    version the compiled one is tested and timed against."""
     D = emb.dim
     idx = emb.features(batch.tokens)
     B, T, _ = idx.shape
@@ -149,13 +177,14 @@ def _grads_at_zero_kq(emb: Embedding, batch: Batch, w_v: torch.Tensor, kq: bool 
 
 def train_two_step(rng: np.random.Generator, emb: Embedding, n_trg: int, dist: LengthDist, *,
                    eta_v: float, eta_kq: float, m_v: int, m_kq: int,
-                   chunk: int = 16384, chunks_out: list | None = None
+                   chunk: int = 16384, chunks_out: list | None = None, dense: bool = False
                    ) -> tuple[torch.Tensor, torch.Tensor]:
     """Algorithm 1: returns ``(W_KQ, W_V)`` (float64) after the two steps.
 
     ``m_v`` and ``m_kq`` fresh pretraining sequences for the two steps, streamed in chunks of
     ``chunk``, so a "population" run (``m ~ 10⁶``) needs little memory. Gradients are the
-    closed forms above (tested against autograd in :func:`reference_grad`). If ``chunks_out``
+    closed forms above (tested against autograd in :func:`reference_grad`), compiled, or with
+    ``dense`` the plain torch products (:func:`_grads_dense`). If ``chunks_out``
     is a list, the ``W_KQ`` step of each chunk alone (``−η_KQ`` × its mean gradient) is appended
     to it, for batch-means errors of what the step estimates.
     """
@@ -167,12 +196,14 @@ def train_two_step(rng: np.random.Generator, emb: Embedding, n_trg: int, dist: L
     grad = torch.zeros_like(w_v)
     for start in range(0, m_v, chunk):
         batch = sample_train(rng, N, n_trg, dist, min(chunk, m_v - start))
-        grad += _grads_at_zero_kq(emb, batch, w_v, kq=False)[0]
+        grad += (_grads_dense(emb, batch, w_v, kq=False) if dense
+                 else _grads_at_zero_kq(emb, batch, None, kq=False))[0]
     w_v = w_v - eta_v * grad / m_v
     grad = torch.zeros(D, D, dtype=torch.float64)
     for start in range(0, m_kq, chunk):
         batch = sample_train(rng, N, n_trg, dist, min(chunk, m_kq - start))
-        part = _grads_at_zero_kq(emb, batch, w_v)[1]
+        part = (_grads_dense(emb, batch, w_v) if dense
+                else _grads_at_zero_kq(emb, batch, w_v, v=False))[1]
         grad += part
         if chunks_out is not None:
             chunks_out.append(-eta_kq * part / len(batch))
