@@ -353,6 +353,15 @@ def test_lemma7_tolerance_by_hand():
     assert np.allclose(tol, 6 / (30 * 9) * 2.0 + q * 0.01)
 
 
+def test_realistic_foreach_adamw_is_the_per_tensor_update():
+    kw = dict(n_vocab=N, n_trg=1, n_pos=20, d_model=16, n_heads=2, batch=8, steps=6,
+              early_stop=False)
+    dist = LengthDist.uniform(2, 5)
+    loop, _ = train(RealisticConfig(**kw), dist, root=0, foreach=False)
+    fused, _ = train(RealisticConfig(**kw), dist, root=0)
+    assert all(torch.equal(a, b) for a, b in zip(loop.parameters(), fused.parameters()))
+
+
 def test_realistic_fixed_schedule_records_the_ood_curve():
     kw = dict(n_vocab=N, n_trg=1, n_pos=20, d_model=16, n_heads=2, batch=8, m_check=16,
               check_every=2)
