@@ -374,3 +374,35 @@ def test_chen2023_bound_against_explicit_loops():
     assert out["bound"] == pytest.approx(0.25 + 2 * min(u1, u2) + conf, rel=1e-14)
     with pytest.raises(ValueError):
         L.chen2023_bound(K[:1], sums[:1], 5, loss[:1], train_loss=0.0)
+
+
+def test_features_gram_and_sq_norms_are_the_references(tiny):
+    """The run-time forms of the kernel integrand and of the torch.func trace against
+    :func:`loss_grad_gram` and the squared rows of :func:`per_sample_grads`."""
+    p = L.init_params(5, 9, root=7)
+    X, y, Xt, yt = tiny.X, tiny.y, tiny.X_test, tiny.y_test
+    g, s, tangent, train = L.gradient_and_tangent(p, X, y, x_sq=(X ** 2).sum(1), features=True)
+    test = L.slopes_and_features(p, Xt, yt)
+    torch.testing.assert_close(L.features_gram(p["a"], train, train, X @ X.T),
+                               L.loss_grad_gram(p, X, y, X, y), rtol=1e-12, atol=1e-15)
+    torch.testing.assert_close(L.features_gram(p["a"], test, train, Xt @ X.T),
+                               L.loss_grad_gram(p, Xt, yt, X, y), rtol=1e-12, atol=1e-15)
+    torch.testing.assert_close(L.per_sample_sq_norms(p, X, y), (L.per_sample_grads(p, X, y) ** 2).sum(1),
+                               rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("kw", [{}, {"kernels": True, "brute_trace": True}])
+def test_gradient_flow_is_the_previous_implementation(tiny, kw):
+    """The RK4 loop against its earlier, plainer form (lib.lpk.bench.previous_rk4, the benchmark's
+    baseline): the same w_T, Tr K, 1ᵀK1 and K to rounding."""
+    from lib.lpk.bench import previous_rk4
+
+    new = L.gradient_flow(tiny, 9, 6.0, 0.5, method="rk4", root=5, **kw)
+    old = previous_rk4(tiny, 9, 6.0, 0.5, root=5, **kw)
+    for k in ("W", "a"):
+        torch.testing.assert_close(new.params[k], old["params"][k], rtol=1e-12, atol=1e-14)
+    assert new.trace_K[-1] == pytest.approx(old["trace_K"], rel=1e-12)
+    assert new.sum_K[-1] == pytest.approx(old["sum_K"], rel=1e-12)
+    if kw:
+        torch.testing.assert_close(new.K, old["K"], rtol=1e-12, atol=1e-14)
+        assert new.extras["trace_K_torch_func"] == pytest.approx(old["trace_K_torch_func"], rel=1e-12)

@@ -21,6 +21,8 @@ identity ℓ(w_T, z) = ℓ(w_0, z) − (1/n) Σ_i K_T(z, z_i).
   the 2023 predecessor's computable bound.
 - :mod:`.ranks`: Kendall and Spearman rank correlations, the exact within-level Kendall test.
 - :mod:`.experiments`: one sweep point (:func:`run`) and the chapter's grids (:func:`run_sweeps`).
+- :mod:`.bench`: the gradient flow's earlier implementation beside the current one, timed
+  (``python -m lib.lpk.bench``).
 """
 
 from lib.lpk.batch import gradient_flow_batch
@@ -29,9 +31,9 @@ from lib.lpk.bounds import (bound_report, chen2023_bound, confidence_term, ident
 from lib.lpk.data import digits_1v7, gaussian_mixture
 from lib.lpk.experiments import run, run_sweeps
 from lib.lpk.flow import Trajectory, brute_force_lpk, gradient_flow
-from lib.lpk.network import (DTYPE, directional_derivatives, directional_derivatives_torch_func, forward,
+from lib.lpk.network import (DTYPE, directional_derivatives, directional_derivatives_torch_func, features_gram, forward,
                              full_gradient, gradient_and_tangent, init_params, logistic_slope, loss_grad_gram,
-                             losses, per_sample_grads, tangent_sq_norms)
+                             losses, per_sample_grads, per_sample_sq_norms, slopes_and_features, tangent_sq_norms)
 from lib.lpk.ranks import (kendall_s, kendall_s_null, kendall_tau, partial_kendall, spearman_rho,
                            stratified_kendall)
 
@@ -40,5 +42,6 @@ __all__ = ["gradient_flow_batch", "chen2023_bound", "gradient_and_tangent", "bou
            "lpk_complexity", "taylor_report", "digits_1v7", "gaussian_mixture", "run", "run_sweeps",
            "Trajectory", "brute_force_lpk", "gradient_flow", "DTYPE", "directional_derivatives",
            "directional_derivatives_torch_func", "forward", "full_gradient", "init_params", "logistic_slope",
-           "loss_grad_gram", "losses", "per_sample_grads", "tangent_sq_norms", "kendall_s", "kendall_s_null",
+           "loss_grad_gram", "losses", "per_sample_grads", "tangent_sq_norms", "features_gram",
+           "per_sample_sq_norms", "slopes_and_features", "kendall_s", "kendall_s_null",
            "kendall_tau", "partial_kendall", "spearman_rho", "stratified_kendall"]

@@ -33,35 +33,43 @@ def _slopes(W, a, X, y, beta):
     """Per-sample ∂ℓ/∂f, the features σ(u) and σ'(u) of every member: X (B, N, d)."""
     m = a.shape[-1]
     u = X @ W.transpose(1, 2)                                   # (B, N, m)
-    h, dh = _softplus(u, beta), torch.sigmoid(beta * u)
+    h, dh = _softplus(u, beta), torch.sigmoid(u.mul_(beta))
     f = (h @ a[..., None])[..., 0] / math.sqrt(m)
     return -y * torch.sigmoid(-y * f), h, dh
 
 
-def _gram(a, Xa, sa, ha, da, Xb, sb, hb, db):
-    """⟨∇ℓ(w, z_a), ∇ℓ(w, z_b)⟩ for every member (batched :func:`~lib.lpk.network.loss_grad_gram`)."""
+def _gram(a, Xa, sa, ha, da, Xb, sb, hb, db, XaXb):
+    """⟨∇ℓ(w, z_a), ∇ℓ(w, z_b)⟩ for every member (batched :func:`~lib.lpk.network.features_gram`),
+    with ``XaXb`` = Xa Xbᵀ."""
     m = a.shape[-1]
     a2 = (a ** 2)[:, None, :]
-    theta = (ha @ hb.transpose(1, 2) + ((da * a2) @ db.transpose(1, 2)) * (Xa @ Xb.transpose(1, 2))) / m
+    theta = (ha @ hb.transpose(1, 2) + ((da * a2) @ db.transpose(1, 2)) * XaXb) / m
     return sa[:, :, None] * theta * sb[:, None, :]
 
 
-def _rates(W, a, X, y, beta, probes):
-    """−∇L_S of every member, the integrands of Tr K and 1ᵀK1, and (with probes) of K(P, P)."""
+def _rates(W, a, X, y, beta, probes, x_sq):
+    """−∇L_S of every member, the integrands of Tr K and 1ᵀK1, and (with probes) of K(P, P);
+    ``x_sq`` (B, N) holds the rows' ‖x‖². The same arrangement as
+    :func:`~lib.lpk.network.gradient_and_tangent`."""
     m, n = a.shape[-1], X.shape[1]
     s, h, dh = _slopes(W, a, X, y, beta)
-    sn = s / n
-    ga = (h.transpose(1, 2) @ sn[..., None])[..., 0] / math.sqrt(m)                 # (B, m)
-    gW = ((dh * a[:, None, :]) * sn[..., None]).transpose(1, 2) @ X / math.sqrt(m)  # (B, m, d)
-    tangent = ((h ** 2).sum(-1) + ((dh ** 2) * (a ** 2)[:, None, :]).sum(-1) * (X ** 2).sum(-1)) / m
+    sn, r = s / n, math.sqrt(m)
+    ga = (sn[:, None, :] @ h)[:, 0] / r                                               # (B, m)
+    gW = (dh.transpose(1, 2) @ (sn[..., None] * X)) * (a / r)[..., None]              # (B, m, d)
+    tangent = ((h * h).sum(-1) + ((dh * dh) @ (a * a)[..., None])[..., 0] * x_sq) / m
     tr = (s ** 2 * tangent).sum(-1)
     one = n ** 2 * ((gW ** 2).sum((1, 2)) + (ga ** 2).sum(-1))
     KP = None
     if probes is not None:
-        P, yP = probes
+        P, yP, PP = probes
         sP, hP, dP = _slopes(W, a, P, yP, beta)
-        KP = _gram(a, P, sP, hP, dP, P, sP, hP, dP)
+        KP = _gram(a, P, sP, hP, dP, P, sP, hP, dP, PP)
     return -gW, -ga, tr, one, KP
+
+
+def _rk4_sum(x, h, k1, k2, k3, k4):
+    """x + (h/6)(k1 + 2k2 + 2k3 + k4)."""
+    return torch.add(x, torch.add(k1, k2, alpha=2.0).add_(k3, alpha=2.0).add_(k4), alpha=h / 6)
 
 
 def _losses(W, a, X, y, beta):
@@ -88,7 +96,11 @@ def gradient_flow_batch(splits: list[Split], width: int, T: float, step: float, 
     Xt, yt = stack(s.X_test for s in splits), stack(s.y_test for s in splits)
     p0 = [init_params(X.shape[2], width, root=root, key=k) for k in keys]
     W, a = stack(p["W"] for p in p0), stack(p["a"] for p in p0)
-    pr = None if probes is None else (stack(p[0] for p in probes), stack(p[1] for p in probes))
+    pr = None
+    if probes is not None:
+        P = stack(p[0] for p in probes)
+        pr = (P, stack(p[1] for p in probes), P @ P.transpose(1, 2))
+    x_sq = (X ** 2).sum(-1)
     B = X.shape[0]
     n_steps = max(1, round(T / step))
     h = T / n_steps
@@ -108,22 +120,18 @@ def gradient_flow_batch(splits: list[Split], width: int, T: float, step: float, 
         rec["tr"].append(tr.clone())
         rec["one"].append(one.clone())
 
-    weights = (1 / 6, 1 / 3, 1 / 3, 1 / 6)
     with one_thread():
         for k in range(n_steps):
             if k in record_at:
                 record(k)
             stages, qW, qa = [], W, a
-            for i, c in enumerate((0.0, 0.5, 0.5, 1.0)):
-                if i:
-                    qW, qa = W + c * h * stages[-1][0], a + c * h * stages[-1][1]
-                stages.append(_rates(qW, qa, X, y, beta, pr))
-            W = W + h * sum(wt * st[0] for wt, st in zip(weights, stages))
-            a = a + h * sum(wt * st[1] for wt, st in zip(weights, stages))
-            tr = tr + h * sum(wt * st[2] for wt, st in zip(weights, stages))
-            one = one + h * sum(wt * st[3] for wt, st in zip(weights, stages))
+            for c in (0.0, 0.5, 0.5, 1.0):
+                if c:
+                    qW, qa = torch.add(W, stages[-1][0], alpha=c * h), torch.add(a, stages[-1][1], alpha=c * h)
+                stages.append(_rates(qW, qa, X, y, beta, pr, x_sq))
+            W, a, tr, one = (_rk4_sum(x, h, *(st[i] for st in stages)) for i, x in enumerate((W, a, tr, one)))
             if pr is not None:
-                KP = KP + h * sum(wt * st[4] for wt, st in zip(weights, stages))
+                KP = _rk4_sum(KP, h, *(st[4] for st in stages))
         record(n_steps)
     col = lambda key, b: np.array([float(v[b]) for v in rec[key]])  # noqa: E731
     trajs = [Trajectory(T=T, step=h, method="rk4", params0=p0[b], params={"W": W[b], "a": a[b]},

@@ -16,8 +16,8 @@ import numpy as np
 import torch
 
 from lib.lpk.data import Split
-from lib.lpk.network import (DTYPE, Params, directional_derivatives, gradient_and_tangent, init_params,
-                             loss_grad_gram, losses, per_sample_grads)
+from lib.lpk.network import (DTYPE, Params, directional_derivatives, features_gram, gradient_and_tangent,
+                             init_params, losses, per_sample_grads, per_sample_sq_norms, slopes_and_features)
 from lib.sweep import one_thread
 
 
@@ -40,25 +40,42 @@ class Trajectory:
     extras: dict = field(default_factory=dict)
 
 
-def _rates(p: Params, split: Split, beta: float, kernels: bool, brute_trace: bool = False):
+def _rates(p: Params, split: Split, beta: float, kernels: bool, brute_trace: bool, const: dict):
     """Right-hand side of the augmented ODE at w: −∇L_S, and the integrands of Tr K, 1ᵀK1,
     (when ``kernels``) of K and K_test, and (when ``brute_trace``) of Tr K again, from
-    torch.func per-sample gradients instead of the closed form."""
-    g, s, tangent = gradient_and_tangent(p, split.X, split.y, beta)
+    torch.func per-sample gradients instead of the closed form. ``const`` holds what does not
+    change along the run (:func:`_constants`)."""
+    g, s, tangent, train = gradient_and_tangent(p, split.X, split.y, beta, x_sq=const["x_sq"], features=True)
     n = split.n
     rate = {"W": -g["W"], "a": -g["a"]}
     tr = float((s ** 2 * tangent).sum())
     one = float(n ** 2 * ((g["W"] ** 2).sum() + (g["a"] ** 2).sum()))
     K = Kt = None
     if kernels:
-        K = loss_grad_gram(p, split.X, split.y, split.X, split.y, beta)
-        Kt = loss_grad_gram(p, split.X_test, split.y_test, split.X, split.y, beta)
-    tr_ref = float((per_sample_grads(p, split.X, split.y, beta) ** 2).sum()) if brute_trace else 0.0
+        test = slopes_and_features(p, split.X_test, split.y_test, beta)
+        K = features_gram(p["a"], train, train, const["XX"])
+        Kt = features_gram(p["a"], test, train, const["XtX"])
+    tr_ref = float(per_sample_sq_norms(p, split.X, split.y, beta).sum()) if brute_trace else 0.0
     return rate, tr, one, K, Kt, tr_ref
 
 
+def _constants(split: Split, kernels: bool) -> dict:
+    """The inputs' squared norms and (for the kernels) Gram matrices, computed once per run."""
+    const = {"x_sq": (split.X ** 2).sum(1)}
+    if kernels:
+        const.update(XX=split.X @ split.X.T, XtX=split.X_test @ split.X.T)
+    return const
+
+
 def _axpy(p: Params, h: float, r: Params) -> Params:
-    return {k: p[k] + h * r[k] for k in p}
+    return {k: torch.add(p[k], r[k], alpha=h) for k in p}
+
+
+def _rk4_sum(x, h: float, k1, k2, k3, k4):
+    """x + (h/6)(k1 + 2k2 + 2k3 + k4): RK4's update (in four operations on tensors)."""
+    if isinstance(x, float):
+        return x + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+    return torch.add(x, torch.add(k1, k2, alpha=2.0).add_(k3, alpha=2.0).add_(k4), alpha=h / 6)
 
 
 def gradient_flow(split: Split, width: int, T: float, step: float, *, method: str = "rk4",
@@ -141,12 +158,12 @@ def _gradient_flow(split: Split, width: int, T: float, step: float, *, method: s
         rec["tr"].append(tr)
         rec["one"].append(one)
 
-    weights = (1 / 6, 1 / 3, 1 / 3, 1 / 6)
+    const = _constants(split, kernels)
     for k in range(n_steps):
         if k in record_at:
             record(k)
         if method == "euler":
-            r, dtr, done, dK, dKt, dref = _rates(p, split, beta, kernels, brute_trace)
+            r, dtr, done, dK, dKt, dref = _rates(p, split, beta, kernels, brute_trace, const)
             if tq and not remainder_nodes:
                 taylor += fact[:tq, None] * directional_derivatives(
                     p, r, split.X_test, split.y_test, tq, beta)
@@ -160,21 +177,21 @@ def _gradient_flow(split: Split, width: int, T: float, step: float, *, method: s
             p = _axpy(p, h, r)
             tr, one, tr_ref = tr + h * dtr, one + h * done, tr_ref + h * dref
             if kernels:
-                K += h * dK
-                Kt += h * dKt
+                K.add_(dK, alpha=h)
+                Kt.add_(dKt, alpha=h)
             continue
         stages, q = [], p
-        for i, c in enumerate((0.0, 0.5, 0.5, 1.0)):
-            if i:
+        for c in (0.0, 0.5, 0.5, 1.0):
+            if c:
                 q = _axpy(p, c * h, stages[-1][0])
-            stages.append(_rates(q, split, beta, kernels, brute_trace))
-        p = {key: p[key] + h * sum(wt * st[0][key] for wt, st in zip(weights, stages)) for key in p}
-        tr += h * sum(wt * st[1] for wt, st in zip(weights, stages))
-        one += h * sum(wt * st[2] for wt, st in zip(weights, stages))
-        tr_ref += h * sum(wt * st[5] for wt, st in zip(weights, stages))
+            stages.append(_rates(q, split, beta, kernels, brute_trace, const))
+        p = {key: _rk4_sum(p[key], h, *(st[0][key] for st in stages)) for key in p}
+        tr = _rk4_sum(tr, h, *(st[1] for st in stages))
+        one = _rk4_sum(one, h, *(st[2] for st in stages))
+        tr_ref = _rk4_sum(tr_ref, h, *(st[5] for st in stages))
         if kernels:
-            K += h * sum(wt * st[3] for wt, st in zip(weights, stages))
-            Kt += h * sum(wt * st[4] for wt, st in zip(weights, stages))
+            K = _rk4_sum(K, h, *(st[3] for st in stages))
+            Kt = _rk4_sum(Kt, h, *(st[4] for st in stages))
     record(n_steps)
     arr = lambda key: np.asarray(rec[key])  # noqa: E731
     extras = {}

@@ -77,10 +77,24 @@ def per_sample_grads(params: Params, X: torch.Tensor, y: torch.Tensor,
     return torch.cat([g["W"].reshape(X.shape[0], -1), g["a"]], dim=1)
 
 
+def per_sample_sq_norms(params: Params, X: torch.Tensor, y: torch.Tensor,
+                        beta: float = 10.0) -> torch.Tensor:
+    """Reference ‖∇_w ℓ(w, z_i)‖² for every row, with torch.func (vmap over samples of the squared
+    norm of grad): the diagonal of G Gᵀ for :func:`per_sample_grads`' G, without concatenating
+    the N × #params matrix."""
+    from torch.func import grad, vmap
+
+    def one(p, x, t):
+        g = grad(lambda q: logistic(forward(q, x[None], beta), t[None])[0])(p)
+        return torch.linalg.vector_norm(g["W"]) ** 2 + torch.linalg.vector_norm(g["a"]) ** 2
+
+    return vmap(one, in_dims=(None, 0, 0))(params, X, y)
+
+
 def _features(params: Params, X: torch.Tensor, beta: float):
     """Hidden pre-activations' softplus and its derivative: σ(Wx) and σ'(Wx) = sigmoid(βWx)."""
     u = X @ params["W"].T
-    return _softplus(u, beta=beta), torch.sigmoid(beta * u)
+    return _softplus(u, beta=beta), torch.sigmoid(u.mul_(beta))
 
 
 def tangent_gram(params: Params, Xa: torch.Tensor, Xb: torch.Tensor,
@@ -108,6 +122,21 @@ def loss_grad_gram(params: Params, Xa, ya, Xb, yb, beta: float = 10.0) -> torch.
     return sa[:, None] * tangent_gram(params, Xa, Xb, beta) * sb[None, :]
 
 
+def features_gram(a: torch.Tensor, A: tuple, B: tuple, XaXb: torch.Tensor) -> torch.Tensor:
+    """:func:`loss_grad_gram` from features already at hand: ``A = (ℓ'_a, σ(Wx_a), σ'(Wx_a))``
+    for the rows of Xa (as :func:`gradient_and_tangent` with ``features=True`` returns them), ``B``
+    the same for Xb, and the inputs' Gram matrix ``XaXb`` = Xa Xbᵀ (constant along a run)."""
+    (sa, ha, da), (sb, hb, db) = A, B
+    theta = (ha @ hb.T + ((da * a ** 2) @ db.T) * XaXb) / a.shape[0]
+    return sa[:, None] * theta * sb[None, :]
+
+
+def slopes_and_features(params: Params, X: torch.Tensor, y: torch.Tensor, beta: float = 10.0):
+    """(ℓ'_i, σ(Wx_i), σ'(Wx_i)) for every row: what :func:`features_gram` takes."""
+    h, d = _features(params, X, beta)
+    return logistic_slope(h @ params["a"] / math.sqrt(params["a"].shape[0]), y), h, d
+
+
 def full_gradient(params: Params, X: torch.Tensor, y: torch.Tensor, beta: float = 10.0):
     """∇L_S(w) in closed form, and the per-sample slopes ℓ'_i (reused by the accumulators)."""
     m = params["a"].shape[0]
@@ -118,17 +147,25 @@ def full_gradient(params: Params, X: torch.Tensor, y: torch.Tensor, beta: float 
     return {"W": gW, "a": ga}, s * X.shape[0]
 
 
-def gradient_and_tangent(params: Params, X: torch.Tensor, y: torch.Tensor, beta: float = 10.0):
+def gradient_and_tangent(params: Params, X: torch.Tensor, y: torch.Tensor, beta: float = 10.0,
+                         x_sq: torch.Tensor | None = None, features: bool = False):
     """:func:`full_gradient` and :func:`tangent_sq_norms` from one evaluation of the features:
-    ∇L_S(w), the per-sample slopes ℓ'_i and ‖∇_w f(w, x_i)‖² (what one step of gradient flow needs)."""
+    ∇L_S(w), the per-sample slopes ℓ'_i and ‖∇_w f(w, x_i)‖² (what one step of gradient flow needs).
+    ``x_sq`` (the rows' ‖x_i‖², constant along a run) saves recomputing them; ``features=True``
+    also returns (ℓ'_i, σ(Wx_i), σ'(Wx_i)) for :func:`features_gram`.
+
+    Arranged for few passes over the (N, m) arrays: ∇_W L_S = diag(a/√m) σ'ᵀ (ℓ'/N ⊙ X) and
+    Σ_j σ'_ij² a_j² = (σ' ⊙ σ') a², so the only (N, m) work besides the features and the products
+    is σ ⊙ σ and σ' ⊙ σ'."""
     m = params["a"].shape[0]
     h, d = _features(params, X, beta)
-    a = params["a"]
-    s = logistic_slope(h @ a / math.sqrt(m), y)
+    a, r = params["a"], math.sqrt(m)
+    s = logistic_slope(h @ a / r, y)
     sn = s / X.shape[0]
-    g = {"W": ((d * a) * sn[:, None]).T @ X / math.sqrt(m), "a": h.T @ sn / math.sqrt(m)}
-    tangent = ((h ** 2).sum(1) + (d ** 2 * a ** 2).sum(1) * (X ** 2).sum(1)) / m
-    return g, s, tangent
+    g = {"W": (d.T @ (sn[:, None] * X)) * (a / r)[:, None], "a": h.T @ sn / r}
+    x_sq = (X ** 2).sum(1) if x_sq is None else x_sq
+    tangent = ((h * h).sum(1) + ((d * d) @ (a * a)) * x_sq) / m
+    return (g, s, tangent, (s, h, d)) if features else (g, s, tangent)
 
 
 def directional_derivatives_torch_func(p: Params, direction: Params, X: torch.Tensor,
