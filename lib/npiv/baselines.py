@@ -223,6 +223,75 @@ class DFIV:
             return (f @ self.u).squeeze(1).numpy()
 
 
+class _FlatMLP:
+    """A :func:`_mlp` whose six parameters are views of one flat tensor, with the forward pass,
+    the backward pass from the gradient of a loss with respect to the output, and Adam, all
+    written out: the operations autograd and ``torch.optim.Adam`` run (the same matrix products,
+    sums and elementwise updates in the same order), so the numbers are theirs, but with no
+    graph to build and one tensor to update instead of six (tested against them)."""
+
+    def __init__(self, module: torch.nn.Sequential, lr: float, betas: tuple[float, float],
+                 weight_decay: float, eps: float = 1e-8):
+        params = [p.detach() for p in module.parameters()]
+        self.theta = torch.cat([p.reshape(-1) for p in params])
+        self.grad = torch.empty_like(self.theta)
+        self.params, self.grads = self._views(self.theta, params), self._views(self.grad, params)
+        self.exp_avg, self.exp_avg_sq = torch.zeros_like(self.theta), torch.zeros_like(self.theta)
+        self.lr, self.betas, self.weight_decay, self.eps, self.steps = lr, betas, weight_decay, eps, 0
+
+    @staticmethod
+    def _views(flat: torch.Tensor, like: list[torch.Tensor]) -> list[torch.Tensor]:
+        views, at = [], 0
+        for p in like:
+            views.append(flat[at:at + p.numel()].view(p.shape))
+            at += p.numel()
+        return views
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, tuple]:
+        """The output (n,) and the activations the backward pass needs."""
+        W1, b1, W2, b2, W3, b3 = self.params
+        h1 = torch.relu(torch.addmm(b1, x, W1.t()))
+        h2 = torch.relu(torch.addmm(b2, h1, W2.t()))
+        return torch.addmm(b3, h2, W3.t())[:, 0], (x, h1, h2)
+
+    def backward(self, d_out: torch.Tensor, saved: tuple, accumulate: bool = False) -> None:
+        """Write (or, with ``accumulate``, add) the gradient for ``d_out`` = ∂loss/∂output."""
+        x, h1, h2 = saved
+        W1, _, W2, _, W3, _ = self.params
+        g = d_out.unsqueeze(1)               # ∂loss/∂(output layer's pre-activation)
+        grads = []
+        for W, inp in ((W3, h2), (W2, h1), (W1, x)):
+            grads = [g.t().mm(inp), g.sum(0)] + grads  # ∂/∂W = gᵀ·input, ∂/∂b = Σ g
+            if inp is not x:                 # through the layer and the ReLU below it
+                g = torch.ops.aten.threshold_backward(g.mm(W), inp, 0)
+        for view, value in zip(self.grads, grads):
+            if accumulate:
+                view.add_(value)
+            else:
+                view.copy_(value)
+
+    def adam_step(self) -> None:
+        """``torch.optim.Adam``'s update (L2 weight decay added to the gradient)."""
+        beta1, beta2 = self.betas
+        self.steps += 1
+        grad = self.grad.add(self.theta, alpha=self.weight_decay)
+        self.exp_avg.lerp_(grad, 1 - beta1)
+        self.exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+        step_size = self.lr / (1 - beta1 ** self.steps)
+        denom = (self.exp_avg_sq.sqrt() / (1 - beta2 ** self.steps) ** 0.5).add_(self.eps)
+        self.theta.addcdiv_(self.exp_avg, denom, value=-step_size)
+
+    def load_into(self, module: torch.nn.Sequential) -> None:
+        with torch.no_grad():
+            for p, v in zip(module.parameters(), self.params):
+                p.copy_(v)
+
+
+def _mse_grad(e: torch.Tensor, weight: float) -> torch.Tensor:
+    """∂/∂e of ``weight · mean(e²)`` as autograd computes it: ``(weight / n) · (2e)`` in float32."""
+    return (torch.tensor(weight, dtype=e.dtype) / len(e)) * (2 * e)
+
+
 @dataclass
 class AdamF2BMLD:
     """F²BMLD as the authors' released code trains it: the same three objectives as the
@@ -242,9 +311,12 @@ class AdamF2BMLD:
     betas: tuple[float, float] = (0.5, 0.9)
     weight_decay: float = 1e-5
 
-    def fit(self, z, W, Y, root: int, key: tuple = (), z_next=None, kappa=None):
+    def fit(self, z, W, Y, root: int, key: tuple = (), z_next=None, kappa=None,
+            autograd: bool = False):
         """Fit; initialisation from the sub-stream ``("adam-f2bmld-init", *key)`` and minibatches
-        from ``("adam-f2bmld-batches", *key)`` of chapter seed ``root``."""
+        from ``("adam-f2bmld-batches", *key)`` of chapter seed ``root``. The steps are written
+        out (:class:`_FlatMLP`); ``autograd=True`` takes them with autograd and
+        ``torch.optim.Adam`` instead (the same numbers, slower)."""
         with torch.random.fork_rng():
             seed_torch(root, "adam-f2bmld-init", *key)
             self.a = _mlp(z.shape[1], self.width, 1)
@@ -253,6 +325,42 @@ class AdamF2BMLD:
         rng = stream(root, "adam-f2bmld-batches", *key)
         t = lambda v: None if v is None else torch.as_tensor(np.asarray(v), dtype=torch.float32)  # noqa: E731
         z, W, Y, z_next, kappa = t(z), t(W), t(Y), t(z_next), t(kappa)
+        if autograd:
+            return self._fit_autograd(z, W, Y, z_next, kappa, w, wt, rng)
+        fa, fw, fwt = (_FlatMLP(m, self.lr, self.betas, self.weight_decay)
+                       for m in (self.a, w, wt))
+        half_lam = 0.5 * self.lam
+
+        def treat(i):  # the treatment h_a(z) + κ h_a(z'), and what a's backward pass needs
+            out, saved = fa.forward(z[i])
+            if z_next is None:
+                return out, [(saved, None)]
+            out_next, saved_next = fa.forward(z_next[i])
+            return out + kappa[i] * out_next, [(saved, None), (saved_next, kappa[i])]
+
+        n = len(Y)
+        for _ in range(self.iterations):
+            i1, i2 = (torch.as_tensor(rng.choice(n, self.batch, replace=False)) for _ in range(2))
+            target, W1, Y1 = treat(i1)[0], W[i1], Y[i1]
+            for _ in range(self.inner_steps):   # stage I: w ≈ argmin G(a, ·)
+                hw, saved = fw.forward(W1)
+                fw.backward(_mse_grad(hw - target, 0.5), saved)
+                fw.adam_step()
+            for _ in range(self.inner_steps):   # w̃ ≈ argmin F + λ G(a, ·)
+                hwt, saved = fwt.forward(W1)
+                fwt.backward(-_mse_grad(Y1 - hwt, 0.5) + _mse_grad(hwt - target, half_lam), saved)
+                fwt.adam_step()
+            W2 = W[i2]                          # stage II on its own batch
+            hw, hwt = fw.forward(W2)[0], fwt.forward(W2)[0]
+            ha, saved = treat(i2)
+            d_ha = -_mse_grad(hwt - ha, half_lam) + -_mse_grad(hw - ha, -half_lam)
+            for k, (s, kap) in enumerate(saved):
+                fa.backward(d_ha if kap is None else d_ha * kap, s, accumulate=k > 0)
+            fa.adam_step()
+        fa.load_into(self.a)
+        return self
+
+    def _fit_autograd(self, z, W, Y, z_next, kappa, w, wt, rng):
         opts = [torch.optim.Adam(m.parameters(), lr=self.lr, betas=self.betas,
                                  weight_decay=self.weight_decay) for m in (self.a, w, wt)]
 
