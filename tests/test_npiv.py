@@ -378,3 +378,58 @@ def test_released_variant_is_reproducible_and_gets_an_easy_value_right():
     r3 = experiments.ope_released([0.5], [0.2], [0], 20, 128, model, root=1, n_starts=50)
     assert r3["est"][0, 0, 0] != r1["est"][0, 0, 0]
     assert r1["rel_err"][0, 0, 0] < 0.1
+
+
+# -- the compiled particle steps and the written-out released variant -------------------------
+@pytest.mark.parametrize("with_next", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_compiled_hidden_and_gradient_match_torch(with_next, dtype):
+    """The compiled pre-activations and particle gradient (one pass over the activations) against
+    the torch operations, to rounding."""
+    gen = torch.Generator().manual_seed(0)
+    net = mf.MeanFieldNet(torch.randn(3, 37, 5, generator=gen, dtype=dtype) * 0.8)
+    z = torch.randn(3, 19, 3, generator=gen, dtype=dtype)
+    inp = (mf.Inputs(z, torch.randn(3, 19, 3, generator=gen, dtype=dtype),
+                     torch.randn(3, 19, generator=gen, dtype=dtype)) if with_next else mf.Inputs(z))
+    weights = torch.randn(3, 19, generator=gen, dtype=dtype) / 19
+    ref, fast = net.hidden(inp, compiled=False), net.hidden(inp)
+    tol = dict(rtol=1e-5, atol=1e-6) if dtype == torch.float32 else dict(rtol=1e-12, atol=1e-13)
+    torch.testing.assert_close(fast.s, ref.s, **tol)
+    if with_next:
+        torch.testing.assert_close(fast.s_next, ref.s_next, **tol)
+    torch.testing.assert_close(net.first_variation_grad(ref, weights),
+                               net.first_variation_grad(ref, weights, compiled=False), **tol)
+
+
+@pytest.mark.parametrize("ope_like", [False, True])
+def test_compiled_f2bmld_matches_the_torch_steps(ope_like):
+    """A whole F²BMLD run, compiled and as torch operations: the same draws, the same Lagrangian
+    and particles to rounding (every step, tracker steps and records included)."""
+    gen = torch.Generator().manual_seed(1)
+    B, n = 3, 40
+    A = mf.Inputs(torch.randn(B, n, 3, generator=gen),
+                  *((torch.randn(B, n, 3, generator=gen), 0.9 * torch.rand(B, n, generator=gen))
+                    if ope_like else ()))
+    data = mf.IVData(A, torch.randn(B, n, 3, generator=gen), torch.randn(B, n, generator=gen))
+    cfg = mf.F2BMLDConfig(n_particles=24, steps=60, eta=0.3, zeta=0.1, record_every=10,
+                          tracker_steps=2, init_scale=0.5)
+    runs = [mf.f2bmld(data, [0.3, 1.0, 3.0], cfg, root=2, compiled=c) for c in (True, False)]
+    np.testing.assert_allclose(runs[0].L, runs[1].L, rtol=1e-5)
+    np.testing.assert_allclose(runs[0].L_tracker, runs[1].L_tracker, rtol=1e-5)
+    for m in ("a", "w", "wt"):
+        torch.testing.assert_close(getattr(runs[0], m).x, getattr(runs[1], m).x, rtol=1e-4,
+                                   atol=1e-5)
+
+
+@pytest.mark.parametrize("with_next", [False, True])
+def test_written_out_released_variant_is_autograd_and_adam(with_next):
+    """The released variant's written-out steps (:class:`baselines._FlatMLP`) give autograd's and
+    ``torch.optim.Adam``'s numbers exactly."""
+    rng = np.random.default_rng(0)
+    z, W = rng.standard_normal((80, 4)), rng.standard_normal((80, 3))
+    Y = z[:, 0] + 0.1 * rng.standard_normal(80)
+    fn = dict(z_next=rng.standard_normal((80, 4)), kappa=rng.uniform(0, 1, 80)) if with_next else {}
+    model = baselines.AdamF2BMLD(iterations=15, inner_steps=3, batch=16)
+    fast = model.fit(z, W, Y, 0, ("t",), **fn).predict(z)
+    ref = model.fit(z, W, Y, 0, ("t",), autograd=True, **fn).predict(z)
+    np.testing.assert_array_equal(fast, ref)

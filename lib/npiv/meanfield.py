@@ -13,6 +13,9 @@ variation is ``δ𝓛/δμ(x) = Σ_j ℓ'_j · Ψ(z_j, x)`` and one step of mean
 
 Everything is batched: a leading dimension ``B`` holds independent runs (seeds, λ values,
 data sets) that advance together, so a sweep costs a few large tensor operations per step.
+The pre-activations and the particle gradient, each one pass over the (B, n, N) hidden
+activations, are compiled (:mod:`lib.npiv.compiled`); ``compiled=False`` runs the same steps
+as torch operations (the reference the compiled path is tested against).
 
 F²BMLD (the paper's fully first-order bilevel MFLD) runs three particle systems on the
 penalty Lagrangian of the two-stage least-squares problem:
@@ -35,6 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from lib.npiv import compiled as kernels
 from lib.seeding import torch_generator
 
 Tensor = torch.Tensor
@@ -115,13 +119,26 @@ class MeanFieldNet:
         """``R tanh(c)`` per particle, (B, N)."""
         return self.R * torch.tanh(self.x[..., -1])
 
-    def hidden(self, inp: Inputs | Tensor) -> Hidden:
+    def hidden(self, inp: Inputs | Tensor, compiled: bool = True,
+               out: tuple[Tensor | None, Tensor | None] = (None, None)) -> Hidden:
+        """The hidden activations at ``inp``; ``out`` optionally gives buffers (B, n, N) to write
+        them into (compiled path only)."""
         if isinstance(inp, Tensor):
             inp = Inputs(inp)
+        if compiled and not self.x.requires_grad:
+            s = self._activation(inp.z, out[0])
+            s_next = None if inp.z_next is None else self._activation(inp.z_next, out[1])
+            return Hidden(inp, s, s_next)
         w, b = self.x[..., :-2].transpose(1, 2), self.x[..., -2].unsqueeze(1)
         s = torch.tanh(torch.baddbmm(b, inp.z, w))
         s_next = None if inp.z_next is None else torch.tanh(torch.baddbmm(b, inp.z_next, w))
         return Hidden(inp, s, s_next)
+
+    def _activation(self, z: Tensor, out: Tensor | None) -> Tensor:
+        if out is None:
+            out = torch.empty(z.shape[0], z.shape[1], self.n_particles, dtype=self.x.dtype)
+        kernels.pre_activation(self.x.numpy(), z.contiguous().numpy(), out.numpy())
+        return out.tanh_()
 
     def value(self, hid: Hidden) -> Tensor:
         """The network's value at the inputs of ``hid``, (B, n)."""
@@ -131,16 +148,25 @@ class MeanFieldNet:
             out = out + hid.inp.kappa * (hid.s_next @ g).squeeze(-1) / self.n_particles
         return out
 
-    def __call__(self, inp: Inputs | Tensor) -> Tensor:
-        return self.value(self.hidden(inp))
+    def __call__(self, inp: Inputs | Tensor, compiled: bool = True) -> Tensor:
+        return self.value(self.hidden(inp, compiled))
 
-    def first_variation_grad(self, hid: Hidden, weights: Tensor) -> Tensor:
+    def first_variation_grad(self, hid: Hidden, weights: Tensor, compiled: bool = True) -> Tensor:
         """∇_x of ``δ𝓛/δμ(x) = Σ_j weights_j · Ψ(j, x)`` at every particle, (B, N, d+2),
         where Ψ(j, x) is the neuron's contribution to the network's value at input ``j``.
 
         ``weights`` (B, n) are the derivatives ℓ'_j of the loss with respect to the network's
         value at each input (for a mean squared error, residual / n)."""
         tc = torch.tanh(self.x[..., -1])
+        if compiled and not self.x.requires_grad:
+            inp, grad = hid.inp, torch.empty_like(self.x)
+            if hid.s_next is None:  # the second term has no samples
+                s2, z2, r2 = hid.s[:, :0], inp.z[:, :0], weights[:, :0]
+            else:
+                s2, z2, r2 = hid.s_next, inp.z_next, weights * inp.kappa
+            arrays = (hid.s, inp.z, weights, s2, z2, r2, self.R * tc, self.R * (1 - tc * tc))
+            kernels.particle_grad(*(a.contiguous().numpy() for a in arrays), grad.numpy())
+            return grad
         g = (self.R * tc).unsqueeze(1)  # (B, 1, N)
         grad = torch.empty_like(self.x)
         terms = [(hid.inp.z, hid.s, weights)]
@@ -176,13 +202,25 @@ def langevin_step(net: MeanFieldNet, drift: Tensor, eta: Tensor | float, zeta: T
                   temperature: Tensor | float, generator: torch.Generator) -> None:
     """One MFLD step in place: ``x ← x − η(drift + ζx) + √(2ησ) ξ``. Step, L2 weight and
     temperature are scalars or one value per run, shape (B,)."""
+    _langevin_update(net, drift, langevin_coefficients(eta, zeta, temperature), generator)
+
+
+def langevin_coefficients(eta: Tensor | float, zeta: Tensor | float,
+                          temperature: Tensor | float) -> tuple[Tensor, Tensor, Tensor]:
+    """``(η, ζ, √(2ησ))`` of :func:`langevin_step`, each a scalar or (B, 1, 1)."""
     def per_run(v):
         v = torch.as_tensor(v, dtype=DTYPE)
         return v.reshape(-1, 1, 1) if v.dim() else v
 
     eta, zeta, temperature = per_run(eta), per_run(zeta), per_run(temperature)
+    return eta, zeta, torch.sqrt(2 * eta * temperature)
+
+
+def _langevin_update(net: MeanFieldNet, drift: Tensor, coef: tuple[Tensor, Tensor, Tensor],
+                     generator: torch.Generator) -> None:
+    eta, zeta, noise_scale = coef
     noise = torch.randn(net.x.shape, generator=generator, dtype=DTYPE)
-    net.x.sub_(eta * (drift + zeta * net.x)).add_(torch.sqrt(2 * eta * temperature) * noise)
+    net.x.sub_(eta * (drift + zeta * net.x)).add_(noise_scale * noise)
 
 
 # --------------------------------------------------------------------------- the NPIV problem
@@ -288,14 +326,14 @@ def _double_data(data: IVData) -> IVData:
 
 
 def polish_inner(w: MeanFieldNet, ha: Tensor, data: IVData, cfg: F2BMLDConfig,
-                 gen: torch.Generator) -> MeanFieldNet:
+                 gen: torch.Generator, compiled: bool = True) -> MeanFieldNet:
     """A better estimate of ``argmin_μ G_σ(μ_a, μ)`` for measuring L_λ: ``cfg.polish_steps``
     more MFLD steps on a copy of the tracker μ_w (the run itself is left untouched)."""
     wc = MeanFieldNet(w.x.clone(), w.R)
     for _ in range(cfg.polish_steps):
-        hid = wc.hidden(data.W)
-        langevin_step(wc, wc.first_variation_grad(hid, (wc.value(hid) - ha) / data.n), cfg.eta,
-                      cfg.zeta, cfg.sigma, gen)
+        hid = wc.hidden(data.W, compiled)
+        langevin_step(wc, wc.first_variation_grad(hid, (wc.value(hid) - ha) / data.n, compiled),
+                      cfg.eta, cfg.zeta, cfg.sigma, gen)
     return wc
 
 
@@ -318,7 +356,7 @@ def flush_denormal():
 
 
 def f2bmld(data: IVData, lam, cfg: F2BMLDConfig, root: int, key: tuple = (),
-           snapshot_at: tuple[int, ...] = ()) -> F2BMLDRun:
+           snapshot_at: tuple[int, ...] = (), compiled: bool = True) -> F2BMLDRun:
     """Run F²BMLD on a batch of NPIV problems, one λ per run (``lam``: scalar or (B,)).
 
     The particles' initialisation and Langevin noise are drawn from the sub-stream
@@ -326,13 +364,14 @@ def f2bmld(data: IVData, lam, cfg: F2BMLDConfig, root: int, key: tuple = (),
     ``("f2bmld-measure", *key)`` (so measuring never moves the run).
 
     Returns the three particle systems, the recorded Lagrangian and, if asked, copies of the
-    treatment particles at the iterations ``snapshot_at``."""
+    treatment particles at the iterations ``snapshot_at``. ``compiled=False`` runs every step
+    as torch operations (the same draws; equal to rounding)."""
     with flush_denormal():  # subnormal floats slow tanh's tails down by 10-100x
-        return _f2bmld(data, lam, cfg, root, key, snapshot_at)
+        return _f2bmld(data, lam, cfg, root, key, snapshot_at, compiled)
 
 
 def _f2bmld(data: IVData, lam, cfg: F2BMLDConfig, root: int, key: tuple,
-            snapshot_at: tuple[int, ...]) -> F2BMLDRun:
+            snapshot_at: tuple[int, ...], compiled: bool) -> F2BMLDRun:
     B = data.Y.shape[0]
     gen = torch_generator(root, "f2bmld", *key)
     measure_gen = torch_generator(root, "f2bmld-measure", *key)
@@ -349,50 +388,68 @@ def _f2bmld(data: IVData, lam, cfg: F2BMLDConfig, root: int, key: tuple,
     n = data.n
     rec_steps, rec_L, rec_L_tracker, snaps = [], [], [], []
     data64 = _double_data(data)
+    # the step coefficients of each system, (η, ζ, √(2ησ)), computed once
+    step_w = langevin_coefficients(eta if cfg.common_step else cfg.eta, cfg.zeta, cfg.sigma)
+    step_wt = langevin_coefficients(eta, lam * cfg.zeta, lam * cfg.sigma)
+    step_tracker = langevin_coefficients(cfg.eta, cfg.zeta, cfg.sigma)
+    step_a = langevin_coefficients(eta, cfg.zeta, cfg.sigma)
+    buffers = {}  # each system's hidden activations, rewritten in place every step
+
+    def hidden(net, inp, name):
+        if not compiled:
+            return net.hidden(inp, compiled=False)
+        inp = inp if isinstance(inp, Inputs) else Inputs(inp)
+        if name not in buffers:
+            shape = (B, inp.z.shape[1], net.n_particles)
+            buffers[name] = tuple(None if z is None else torch.empty(shape, dtype=dtype)
+                                  for z in (inp.z, inp.z_next))
+        return net.hidden(inp, out=buffers[name])
+
     for k in range(cfg.steps + 1):
-        Sa = a.hidden(data.A)
+        Sa = hidden(a, data.A, "a")
         ha = a.value(Sa)
         for j in range(cfg.inner_steps):
-            Sw, Swt = w.hidden(data.W), wt.hidden(data.W)
+            Sw, Swt = hidden(w, data.W, "w"), hidden(wt, data.W, "wt")
             hw, hwt = w.value(Sw), wt.value(Swt)
             if j == 0 and (k % cfg.record_every == 0 or k == cfg.steps):
                 # measured in float64: the gaps of interest reach 1e-7 of L, near float32's
                 # resolution
                 a64, w64, wt64 = (_double(m) for m in (a, w, wt))
-                ha64, hwt64 = a64(data64.A), wt64(data64.W)
+                ha64, hwt64 = a64(data64.A, compiled), wt64(data64.W, compiled)
                 w_meas = w64
                 if cfg.polish_steps:
-                    w_meas = _double(polish_inner(w, ha, data, cfg, measure_gen))
+                    w_meas = _double(polish_inner(w, ha, data, cfg, measure_gen, compiled))
                 regs = tuple(regulariser(m, cfg.zeta, cfg.sigma) for m in (a64, w_meas, wt64))
-                L = lagrangian_from_values(ha64, w_meas(data64.W), hwt64, data64.Y, lam,
+                L = lagrangian_from_values(ha64, w_meas(data64.W, compiled), hwt64, data64.Y, lam,
                                            cfg.zeta, cfg.sigma, regs)
                 rec_steps.append(k)
                 rec_L.append(L.value.numpy().astype(np.float64))
-                regs = tuple(regulariser(m, cfg.zeta, cfg.sigma) for m in (a64, w64, wt64))
-                L_tr = lagrangian_from_values(ha64, w64(data64.W), hwt64, data64.Y, lam,
-                                              cfg.zeta, cfg.sigma, regs)
-                rec_L_tracker.append(L_tr.value.numpy().astype(np.float64))
+                if cfg.polish_steps:  # else μ_w as is was the measure: the same numbers
+                    regs = tuple(regulariser(m, cfg.zeta, cfg.sigma) for m in (a64, w64, wt64))
+                    L = lagrangian_from_values(ha64, w64(data64.W, compiled), hwt64, data64.Y, lam,
+                                               cfg.zeta, cfg.sigma, regs)
+                rec_L_tracker.append(L.value.numpy().astype(np.float64))
             if k == cfg.steps:
                 break
             # μ_w: argmin G(μ_a, ·), stage I for the current treatment model
-            grad_w = w.first_variation_grad(Sw, (hw - ha) / n)
+            grad_w = w.first_variation_grad(Sw, (hw - ha) / n, compiled)
             # μ_w̃: argmin F + λ G(μ_a, ·), with L2 weight λζ and temperature λσ
-            grad_wt = wt.first_variation_grad(Swt, ((hwt - data.Y) + lam_col * (hwt - ha)) / n)
-            langevin_step(w, grad_w, eta if cfg.common_step else cfg.eta, cfg.zeta, cfg.sigma,
-                          gen)
-            langevin_step(wt, grad_wt, eta, lam * cfg.zeta, lam * cfg.sigma, gen)
+            grad_wt = wt.first_variation_grad(Swt, ((hwt - data.Y) + lam_col * (hwt - ha)) / n,
+                                              compiled)
+            _langevin_update(w, grad_w, step_w, gen)
+            _langevin_update(wt, grad_wt, step_wt, gen)
             for _ in range(cfg.tracker_steps - 1):  # keep μ_w near the inner minimum
-                Sw = w.hidden(data.W)
-                langevin_step(w, w.first_variation_grad(Sw, (w.value(Sw) - ha) / n), cfg.eta,
-                              cfg.zeta, cfg.sigma, gen)
+                Sw = hidden(w, data.W, "w")
+                _langevin_update(w, w.first_variation_grad(Sw, (w.value(Sw) - ha) / n, compiled),
+                                 step_tracker, gen)
         if k in snapshot_at:
             snaps.append((k, a.x.clone()))
         if k == cfg.steps:
             break
         # μ_a: λ [G(μ_a, μ_w̃) − G(μ_a, μ_w)] has first variation λ ⟨h_w − h_w̃, Ψ(A, ·)⟩,
         # evaluated at the instrument models of the last inner step
-        grad_a = a.first_variation_grad(Sa, lam_col * (hw - hwt) / n)
-        langevin_step(a, grad_a, eta, cfg.zeta, cfg.sigma, gen)
+        grad_a = a.first_variation_grad(Sa, lam_col * (hw - hwt) / n, compiled)
+        _langevin_update(a, grad_a, step_a, gen)
     return F2BMLDRun(a, w, wt, lam, np.array(rec_steps), eta.numpy().astype(np.float64),
                      np.array(rec_L), snaps,
                      np.array(rec_L_tracker))
