@@ -429,3 +429,58 @@ def test_spearman_rows_is_scipys_spearman_per_row():
         else:
             assert got[row] == pytest.approx(stats.spearmanr(x[row], y[row]).statistic, abs=1e-12)
     assert np.isnan(spearman_rows(np.ones((1, 5)), y[:1, :5]))[0]
+
+
+def _same(a, b) -> bool:
+    """Records equal bit for bit (arrays elementwise)."""
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    return np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("mixer", M.MODEL_MIXERS)
+def test_population_trains_each_member_as_alone(mixer):
+    from lib.ess.population import train_population
+
+    cfg = M.ModelConfig(mixer, 3, d_model=8, n_layers=2, block=4)
+    tcs = [M.TrainConfig(n_pairs=n, steps=12, batch=4, length=12, reg=r) for n, r in ((2, 0.0), (3, 1.0), (2, 0.5))]
+    inits = [("init", n) for n in range(3)]
+    keys = [("batches", n) for n in range(3)]
+    together = train_population(cfg, tcs, root=5, inits=inits, batches=keys)
+    for m in range(3):
+        alone = M.train(cfg, tcs[m], root=5, init=inits[m], batches=keys[m])
+        in_small = train_population(cfg, tcs[m:m + 1], root=5, inits=inits[m:m + 1], batches=keys[m:m + 1])[0]
+        for model, losses in (alone, in_small):
+            assert losses == together[m][1]                          # bit for bit, not to a tolerance
+            for (name, p), q in zip(model.named_parameters(), together[m][0].parameters()):
+                assert torch.equal(p, q), name
+    with pytest.raises(ValueError, match="share"):
+        train_population(cfg, [tcs[0], M.TrainConfig(n_pairs=2, steps=13, batch=4, length=12)], root=5,
+                         inits=inits[:2], batches=keys[:2])
+
+
+def test_replicate_runs_are_the_single_runs():
+    kw = dict(root=1, length=12, steps=11, batch=4, d_model=8, n_eval=8, n_ess=3, block=4)
+    out = M.run_mqar_replicates("gla", 2, 1, pairs=(2, 3), replicates=3, n_seeds=3, **kw)["models"]
+    assert [(r["n_pairs"], r["seed"]) for r in out] == [(2, 1), (2, 2), (3, 1), (3, 2)]
+    for r in out:
+        want = M.run_mqar("gla", 2, r["n_pairs"], r["seed"], **kw)
+        assert _same({k: v for k, v in r.items() if k not in ("n_pairs", "seed")}, want)
+    kw = dict(root=1, n_segments=2, segment_length=6, n_keys=4, steps=11, batch=4, d_model=8, n_eval=8, n_ess=3)
+    for flag in (True, False):
+        out = M.run_delimited_replicates(2, 2, 0, replicates=2, delimited=flag, **kw)["models"]
+        for s, r in enumerate(out):
+            assert _same(r, M.run_delimited(2, 2, s, delimited=flag, **kw))
+
+
+def test_groups_of_a_gated_population_are_the_same_models(monkeypatch):
+    from lib.ess import population
+
+    cfg = M.ModelConfig("ssm", 2, d_model=8)
+    tcs = [M.TrainConfig(n_pairs=2, steps=11, batch=4, length=12) for _ in range(3)]
+    inits, keys = [("init", s) for s in range(3)], [("batches", s) for s in range(3)]
+    whole = population.train_groups(cfg, tcs, root=2, inits=inits, batches=keys)
+    for budget in (2 * 4 * 12 ** 2 * 2, 1):                 # groups of two and one, then of one
+        monkeypatch.setattr(population, "GATED_BUDGET", budget)
+        for (a, la), (b, lb) in zip(whole, population.train_groups(cfg, tcs, root=2, inits=inits, batches=keys)):
+            assert la == lb and all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
