@@ -429,7 +429,7 @@ def test_written_out_released_variant_is_autograd_and_adam(with_next):
     z, W = rng.standard_normal((80, 4)), rng.standard_normal((80, 3))
     Y = z[:, 0] + 0.1 * rng.standard_normal(80)
     fn = dict(z_next=rng.standard_normal((80, 4)), kappa=rng.uniform(0, 1, 80)) if with_next else {}
-    model = baselines.AdamF2BMLD(iterations=15, inner_steps=3, batch=16)
+    model = baselines.AdamF2BMLD(iterations=15, inner_steps=3, batch=12)
     fast = model.fit(z, W, Y, 0, ("t",), **fn).predict(z)
     ref = model.fit(z, W, Y, 0, ("t",), autograd=True, **fn).predict(z)
     np.testing.assert_array_equal(fast, ref)

@@ -259,16 +259,16 @@ class _FlatMLP:
         x, h1, h2 = saved
         W1, _, W2, _, W3, _ = self.params
         g = d_out.unsqueeze(1)               # ∂loss/∂(output layer's pre-activation)
-        grads = []
-        for W, inp in ((W3, h2), (W2, h1), (W1, x)):
-            grads = [g.t().mm(inp), g.sum(0)] + grads  # ∂/∂W = gᵀ·input, ∂/∂b = Σ g
+        for layer, (W, inp) in enumerate(((W3, h2), (W2, h1), (W1, x))):
+            grad_W, grad_b = self.grads[4 - 2 * layer], self.grads[5 - 2 * layer]
+            if accumulate:                   # ∂/∂W = gᵀ·input, ∂/∂b = Σ g
+                grad_W.add_(g.t().mm(inp))
+                grad_b.add_(g.sum(0))
+            else:
+                torch.mm(g.t(), inp, out=grad_W)
+                torch.sum(g, 0, out=grad_b)
             if inp is not x:                 # through the layer and the ReLU below it
                 g = torch.ops.aten.threshold_backward(g.mm(W), inp, 0)
-        for view, value in zip(self.grads, grads):
-            if accumulate:
-                view.add_(value)
-            else:
-                view.copy_(value)
 
     def adam_step(self) -> None:
         """``torch.optim.Adam``'s update (L2 weight decay added to the gradient)."""
@@ -287,9 +287,15 @@ class _FlatMLP:
                 p.copy_(v)
 
 
-def _mse_grad(e: torch.Tensor, weight: float) -> torch.Tensor:
-    """∂/∂e of ``weight · mean(e²)`` as autograd computes it: ``(weight / n) · (2e)`` in float32."""
-    return (torch.tensor(weight, dtype=e.dtype) / len(e)) * (2 * e)
+def _mse_scale(weight: float, n: int) -> torch.Tensor:
+    """``weight / n`` in float32, as autograd's backward of ``weight · mean(·)`` over n computes it."""
+    return torch.tensor(weight, dtype=torch.float32) / n
+
+
+def _mse_grad(e: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """∂/∂e of ``weight · mean(e²)`` as autograd computes it: ``(weight / n) · (2e)``, with
+    ``scale`` from :func:`_mse_scale`."""
+    return scale * (2 * e)
 
 
 @dataclass
@@ -329,7 +335,8 @@ class AdamF2BMLD:
             return self._fit_autograd(z, W, Y, z_next, kappa, w, wt, rng)
         fa, fw, fwt = (_FlatMLP(m, self.lr, self.betas, self.weight_decay)
                        for m in (self.a, w, wt))
-        half_lam = 0.5 * self.lam
+        half, lam, neg_lam = (_mse_scale(v, self.batch)
+                              for v in (0.5, 0.5 * self.lam, -(0.5 * self.lam)))
 
         def treat(i):  # the treatment h_a(z) + κ h_a(z'), and what a's backward pass needs
             out, saved = fa.forward(z[i])
@@ -344,16 +351,16 @@ class AdamF2BMLD:
             target, W1, Y1 = treat(i1)[0], W[i1], Y[i1]
             for _ in range(self.inner_steps):   # stage I: w ≈ argmin G(a, ·)
                 hw, saved = fw.forward(W1)
-                fw.backward(_mse_grad(hw - target, 0.5), saved)
+                fw.backward(_mse_grad(hw - target, half), saved)
                 fw.adam_step()
             for _ in range(self.inner_steps):   # w̃ ≈ argmin F + λ G(a, ·)
                 hwt, saved = fwt.forward(W1)
-                fwt.backward(-_mse_grad(Y1 - hwt, 0.5) + _mse_grad(hwt - target, half_lam), saved)
+                fwt.backward(-_mse_grad(Y1 - hwt, half) + _mse_grad(hwt - target, lam), saved)
                 fwt.adam_step()
             W2 = W[i2]                          # stage II on its own batch
             hw, hwt = fw.forward(W2)[0], fwt.forward(W2)[0]
             ha, saved = treat(i2)
-            d_ha = -_mse_grad(hwt - ha, half_lam) + -_mse_grad(hw - ha, -half_lam)
+            d_ha = -_mse_grad(hwt - ha, lam) + -_mse_grad(hw - ha, neg_lam)
             for k, (s, kap) in enumerate(saved):
                 fa.backward(d_ha if kap is None else d_ha * kap, s, accumulate=k > 0)
             fa.adam_step()
