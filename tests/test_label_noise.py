@@ -300,3 +300,26 @@ def test_count_tests_against_brute_force():
 
 def test_benign_exponent():
     assert M.benign_exponent(10.0, 100, 10_000) == pytest.approx(100 * 100)
+
+
+def test_pairwise_sum_is_numpys_sum():
+    from lib.label_noise.compiled import pairwise_sum
+
+    rng = np.random.default_rng(5)
+    for n in [*range(1, 140), 255, 256, 1000, 4099]:
+        x = rng.standard_normal(n) * 10.0 ** rng.uniform(-6, 6, n)
+        assert pairwise_sum(x, 0, n) == x.sum()
+
+
+@pytest.mark.parametrize("n, d, m, tau", [(13, 40, 3, 0.2), (50, 300, 4, 0.3), (200, 800, 10, 0.2)])
+def test_compiled_coefficient_step_is_the_numpy_step(n, d, m, tau):
+    """The compiled step against the numpy recursion: the same γ and ρ, bit for bit."""
+    rng = np.random.default_rng(3)
+    data = M.make_data(n, d, M.mu_norm_for(10.0, n, d), rng, tau_pos=tau, tau_neg=tau)
+    W0 = M.init_weights(m, d, 0.01, rng)
+    ref, fast = M.CoefficientGD(W0, data, 0.1, compiled=False), M.CoefficientGD(W0, data, 0.1)
+    for _ in range(150):
+        ref.step()
+        fast.step()
+    assert np.array_equal(ref.coef.gamma, fast.coef.gamma) and np.array_equal(ref.coef.rho, fast.coef.rho)
+    assert np.array_equal(ref.margins(), fast.margins()) and np.abs(fast.coef.rho).max() > 0

@@ -38,8 +38,9 @@ def init_weights(m: int, d: int, sigma0: float, rng: np.random.Generator) -> np.
 
 
 def preactivations(W: np.ndarray, mu: np.ndarray, xi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """⟨w_{j,r}, μ⟩ of shape (2, m) and ⟨w_{j,r}, ξ_i⟩ of shape (2, m, n)."""
-    return W @ mu, W @ xi.T
+    """⟨w_{j,r}, μ⟩ of shape (2, m) and ⟨w_{j,r}, ξ_i⟩ of shape (2, m, n) (the latter as one
+    (2m × d)·(d × n) product: numpy multiplies a stack of matrices one at a time, more slowly)."""
+    return W @ mu, (W.reshape(-1, W.shape[-1]) @ xi.T).reshape(W.shape[:-1] + (len(xi),))
 
 
 def output(pre_mu: np.ndarray, pre_xi: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -68,7 +69,8 @@ def gd_step(W: np.ndarray, data: SignalNoiseData, eta: float) -> np.ndarray:
     act_mu = (pre_mu[:, :, None] * data.y > 0) * data.y                 # σ′·y_i, (2, m, n)
     act_xi = (pre_xi > 0).astype(float)                                 # (2, m, n)
     grad = (J[:, None, None] / (data.n * W.shape[1])) * (
-        np.einsum("jri,i->jr", act_mu, g)[:, :, None] * data.mu + (act_xi * g) @ data.xi)
+        np.einsum("jri,i->jr", act_mu, g)[:, :, None] * data.mu
+        + ((act_xi * g).reshape(-1, data.n) @ data.xi).reshape(W.shape))
     return W - eta * grad
 
 
@@ -104,11 +106,14 @@ class CoefficientGD:
     with the pre-activations written in the same coefficients:
     ⟨w, μ⟩ = ⟨w⁽⁰⁾, μ⟩ + jγ + Σ_k ρ_k⟨ξ_k, μ⟩/‖ξ_k‖² and
     ⟨w, ξ_i⟩ = ⟨w⁽⁰⁾, ξ_i⟩ + jγ⟨μ, ξ_i⟩/‖μ‖² + Σ_k ρ_k⟨ξ_k, ξ_i⟩/‖ξ_k‖².
-    The weights are never formed: a step costs one (2m × n)·(n × (n+1)) product.
+    The weights are never formed: a step costs one (2m × n)·(n × (n+1)) product. With
+    ``compiled`` (the default) the elementwise work around that product runs in the two loops of
+    :mod:`lib.label_noise.compiled` (the same numbers, bit for bit); without, in numpy (the
+    reference).
     """
 
-    def __init__(self, W0: np.ndarray, data: SignalNoiseData, eta: float):
-        self.data, self.eta = data, eta
+    def __init__(self, W0: np.ndarray, data: SignalNoiseData, eta: float, compiled: bool = True):
+        self.data, self.eta, self.compiled = data, eta, compiled
         self.m = W0.shape[1]
         self.mu2 = float(data.mu @ data.mu)
         self.xi2 = np.einsum("id,id->i", data.xi, data.xi)
@@ -130,6 +135,8 @@ class CoefficientGD:
         return self.data.y_obs * output(*self.preactivations(), self.data.y)
 
     def step(self) -> None:
+        if self.compiled:
+            return self._compiled_step()
         d, c = self.data, self.coef
         pre_mu, pre_xi = self.preactivations()
         lp = loss_derivative(d.y_obs * output(pre_mu, pre_xi, d.y))                 # ℓ′_i
@@ -137,6 +144,19 @@ class CoefficientGD:
         signal_on = pre_mu[:, :, None] * d.y > 0                                    # (2, m, n)
         c.gamma = c.gamma - scale * self.mu2 * (signal_on * (lp * d.y_obs * d.y)).sum(axis=2)
         c.rho = c.rho - scale * self.xi2 * lp * (pre_xi > 0) * J[:, None, None] * d.y_obs
+
+    def _compiled_step(self) -> None:
+        from lib.label_noise.compiled import margins_kernel, update_kernel
+
+        d, c = self.data, self.coef
+        if not hasattr(self, "_work"):  # buffers for ρ·Gram, the pre-activations and f
+            self._work = (np.empty(c.rho.shape[:2] + (d.n + 1,)), np.empty_like(c.gamma),
+                          np.empty_like(c.rho), np.empty(d.n))
+        from_rho, pre_mu, pre_xi, f = self._work
+        np.matmul(c.rho, self.noise_gram, out=from_rho)
+        margins_kernel(c.gamma, from_rho, self.pre0_mu, self.pre0_xi, self.mu_xi, d.y, pre_mu, pre_xi, f)
+        update_kernel(c.gamma, c.rho, pre_mu, pre_xi, loss_derivative(d.y_obs * f), d.y, d.y_obs, self.mu2,
+                      self.xi2, self.eta / (len(f) * self.m))
 
 
 class TestSet:
