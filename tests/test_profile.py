@@ -101,6 +101,7 @@ def test_cell_times_come_from_papermills_metadata(tmp_path):
 
 
 def test_the_matmul_peak_is_a_rate_per_repeat():
+    assert len(profile.matmul_peak(1, n=64, repeats=2, dtype="float64")) == 2
     rates = profile.matmul_peak(1, n=64, repeats=3)
     assert len(rates) == 3 and all(r > 1e6 for r in rates)  # 2·64³ FLOPs each, in well under 0.5 s
 

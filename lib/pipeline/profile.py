@@ -11,7 +11,8 @@ The chapter runs through the runner (forced, never from the cache) into
   (torch's ``FlopCounterMode``, in one extra run of the first point) over that point's own
   uncounted time is the function's achieved FLOP/s;
 - the peak it is compared with: a 2048 × 2048 fp32 matmul, timed on the run's thread count and on
-  one thread (a sweep point inside ``lib.sweep.one_thread`` has one), just before and just after
+  one thread (a sweep point inside ``lib.sweep.one_thread`` has one), and in fp64 on one thread
+  (the ceiling of a chapter that computes in float64, about half the fp32 one), just before and after
   the run (median of the repeats, so a peak taken while other work shares the cores is of the
   same conditions as the run; the load average is recorded with it).
 
@@ -57,15 +58,16 @@ def profile_dir(book: Book, chapter: ChapterSource, profile: str) -> Path:
     return book.build_dir / "profile" / profile / chapter.slug
 
 
-def matmul_peak(threads: int, n: int = PEAK_N, repeats: int = PEAK_REPEATS) -> list[float]:
-    """FLOP/s of ``repeats`` timed n × n fp32 matmuls on ``threads`` threads (after a warm-up)."""
+def matmul_peak(threads: int, n: int = PEAK_N, repeats: int = PEAK_REPEATS, dtype: str = "float32") -> list[float]:
+    """FLOP/s of ``repeats`` timed n × n matmuls (fp32 unless ``dtype``) on ``threads`` threads
+    (after a warm-up)."""
     import torch
 
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         g = torch.Generator().manual_seed(0)
-        a, b = torch.randn(n, n, generator=g), torch.randn(n, n, generator=g)
+        a, b = (torch.randn(n, n, generator=g, dtype=getattr(torch, dtype)) for _ in range(2))
         a @ b
         rates = []
         for _ in range(repeats):
@@ -175,6 +177,7 @@ def profile(book: Book, chapter: ChapterSource, profile: str, overrides: dict, r
 
     def peaks() -> dict:
         return {"load": round(os.getloadavg()[0], 2), "threads": matmul_peak(threads), "one_thread": matmul_peak(1),
+                "one_thread_float64": matmul_peak(1, dtype="float64"),
                 "op_s": op_cost()}
 
     before = peaks()
@@ -185,12 +188,14 @@ def profile(book: Book, chapter: ChapterSource, profile: str, overrides: dict, r
     after = peaks()
     peak = statistics.median(before["threads"] + after["threads"])
     peak_1 = statistics.median(before["one_thread"] + after["one_thread"])
+    peak_64 = statistics.median(before["one_thread_float64"] + after["one_thread_float64"])
     op_s = statistics.median(before["op_s"] + after["op_s"])
     lines = [json.loads(ln) for ln in sweeps.read_text().splitlines()] if sweeps.exists() else []
     doc = {
         "chapter": chapter.slug, "profile": profile, "overrides": overrides, "run": str(out),
         "runtime_s": round(result.runtime_s, 2), "threads": threads,
         "peak": {"matmul_n": PEAK_N, "flops_per_s": peak, "one_thread_flops_per_s": peak_1,
+                 "one_thread_float64_flops_per_s": peak_64,
                  "op_s": op_s, "before": before, "after": after},
         "cells": cell_times(out / f"{chapter.slug}.ipynb"),
         "sweeps": sweep_table(lines, peak, peak_1, op_s),
@@ -233,7 +238,8 @@ def render(doc: dict, top: int = 10) -> str:
     out = [f"{doc['chapter']} [{doc['profile']}]: {doc['runtime_s']:.1f} s on {doc['threads']} threads",
            f"matmul peak ({p['matmul_n']}² fp32, median before and after the run): "
            f"{_g(p['flops_per_s'])} GFLOP/s on {doc['threads']} threads, {_g(p['one_thread_flops_per_s'])} "
-           f"on 1 (load average {p['before']['load']} → {p['after']['load']}); "
+           f"on 1, {_g(p['one_thread_float64_flops_per_s'])} on 1 in fp64 "
+           f"(load average {p['before']['load']} → {p['after']['load']}); "
            f"{1e6 * p['op_s']:.1f} µs per torch operator on 1 thread", "",
            f"{'cell':>6}  {'first line of code':<58} {'s':>8} {'%':>6}"]
     cells = sorted(doc["cells"], key=lambda c: -c["seconds"])
