@@ -39,6 +39,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 import copy
+import sys
 
 import numpy as np
 import torch
@@ -437,7 +438,7 @@ def run_mqar(mixer: str, d_k: int, n_pairs: int, seed: int, *, root: int, study:
 
 
 def _replicates(seed: int, replicates: int, n_seeds: int | None) -> range:
-    return range(seed, seed + replicates if n_seeds is None else min(seed + replicates, n_seeds))
+    return range(seed, sys.maxsize if n_seeds is None else n_seeds)[:replicates]
 
 
 def run_mqar_replicates(mixer: str, d_k: int, seed: int, *, pairs, replicates: int, n_seeds: int | None = None,

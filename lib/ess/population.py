@@ -26,6 +26,8 @@ splits the gated mixers' populations (:data:`GATED_BUDGET`).
 
 from __future__ import annotations
 
+import functools
+
 import time
 
 import numpy as np
@@ -49,6 +51,11 @@ def _linear(x: torch.Tensor, weight: torch.Tensor, bias=None) -> torch.Tensor:
     y = torch.bmm(flat, weight.transpose(1, 2)) if bias is None else \
         torch.baddbmm(bias[:, None, :], flat, weight.transpose(1, 2))
     return y.reshape(*x.shape[:-1], weight.shape[1])
+
+
+def _one_by_one(cfg, tcs, inits, keys) -> list:
+    """The models of :func:`bench`'s point trained one after another (the plain path)."""
+    return [train(cfg, tc, root=0, init=i, batches=b) for tc, i, b in zip(tcs, inits, keys)]
 
 
 def _per_member(fn, *tensors) -> torch.Tensor:
@@ -90,12 +97,13 @@ class _Population:
             gates.append(log_a)
             if cfg.mixer == "conv":
                 mask = layer._mask(L, tokens.device)
-                T = _per_member(lambda w: layer._conv_operator(w, mask, B), P[p + "conv_w"]).flatten(0, 1)
+                T = _per_member(lambda w, op=layer._conv_operator, mask=mask: op(w, mask, B),
+                                P[p + "conv_w"]).flatten(0, 1)
             else:
                 T = layer._operator(q.flatten(0, 1), k.flatten(0, 1),
                                     None if log_a is None else log_a.flatten(0, 1))
             y = (T @ v.flatten(0, 1)).view(M, B, L, -1)
-            h = h + _per_member(lambda y_, w, b: F.layer_norm(y_, w.shape, w, b, layer.norm.eps),
+            h = h + _per_member(lambda y_, w, b, eps=layer.norm.eps: F.layer_norm(y_, w.shape, w, b, eps),
                                 y, P[p + "norm.weight"], P[p + "norm.bias"])
         logits = _linear(h, P["W_o.weight"], P["W_o.bias"])
         return logits, (None if gates[0] is None else torch.cat(gates, dim=-1))
@@ -185,9 +193,9 @@ def bench(mixers=("softmax", "linear", "gla", "ssm", "conv", "swa", "swr"), d_k:
         inits = [("bench", "init", mixer, d_k, n, s) for n in pairs for s in seeds]
         keys = [("bench", "batches", n, s) for n in pairs for s in seeds]
         train_population(cfg, tcs[:2], root=0, inits=inits[:2], batches=keys[:2])        # warm-up
-        ways = [("single", lambda: [train(cfg, tc, root=0, init=i, batches=b) for tc, i, b in zip(tcs, inits, keys)]),
-                ("population", lambda: train_population(cfg, tcs, root=0, inits=inits, batches=keys)),
-                ("groups", lambda: train_groups(cfg, tcs, root=0, inits=inits, batches=keys))]
+        ways = [("single", functools.partial(_one_by_one, cfg, tcs, inits, keys)),
+                ("population", functools.partial(train_population, cfg, tcs, root=0, inits=inits, batches=keys)),
+                ("groups", functools.partial(train_groups, cfg, tcs, root=0, inits=inits, batches=keys))]
         out, row = {}, {"mixer": mixer, "models": len(tcs)}
         for name, fn in ways[j % 3:] + ways[:j % 3]:
             t = time.perf_counter()

@@ -123,8 +123,9 @@ def bench(steps: int = 2000, n: int = 200, d: int = 800, m: int = 10, reps: int 
 
     from lib.label_noise.data import make_data, mu_norm_for
     from lib.label_noise.model import CoefficientGD, init_weights
+    from lib.seeding import stream
 
-    rng = np.random.default_rng(0)
+    rng = stream(0, "bench")
     data = make_data(n, d, mu_norm_for(10.0, n, d), rng, tau_pos=0.2, tau_neg=0.2)
     W0 = init_weights(m, d, 0.01, rng)
     CoefficientGD(W0, data, 0.1, compiled=True).step()  # compile, or load from numba's cache

@@ -211,27 +211,28 @@ def bench(steps: int = 1000, seeds: int = 4, shape: tuple[int, int, int] | None 
     and the largest difference of the final logits."""
     import time
 
+    from lib.seeding import stream
     from lib.tmc.methods import TRAINERS, post_train
     from lib.tmc.policy import pretrain
     from lib.tmc.tree import Setting, paper_tmc, random_tmc
 
     if shape is None:
         tree = paper_tmc()
-        base = pretrain(tree, 2000, 256, 1.0, np.random.default_rng(0))
+        base = pretrain(tree, 2000, 256, 1.0, stream(0, "bench", "pretrain"))
     else:
-        tree = random_tmc(shape[0], shape[1], shape[1], shape[2], np.random.default_rng(0))
+        tree = random_tmc(shape[0], shape[1], shape[1], shape[2], stream(0, "bench", "tree"))
         base = [np.log(p) for p in tree.probs]
     setting = Setting.of(tree, tree.tasks[0], base)
     hyper = dict(probes=4, group=4, beta=0.3, epochs=2, clip=0.2)
     for method in TRAINERS:  # compile, or load from numba's cache, before timing
-        post_train_compiled(setting, method, 2, 0.25, np.random.default_rng(0), 1, **hyper)
+        post_train_compiled(setting, method, 2, 0.25, stream(0, "bench", "warm-up"), 1, **hyper)
     out = {}
     for method in TRAINERS:
         times, diff = {}, 0.0
         finals = {}
         for compiled in (False, True):
             t0 = time.perf_counter()
-            finals[compiled] = [post_train(setting, method, steps, 0.25, np.random.default_rng(s), steps,
+            finals[compiled] = [post_train(setting, method, steps, 0.25, stream(s, "bench", "post-train"), steps,
                                            compiled=compiled, **hyper)[-1] for s in range(seeds)]
             times[compiled] = time.perf_counter() - t0
         diff = max(float(np.abs(a - b).max()) for fa, fb in zip(finals[False], finals[True])
