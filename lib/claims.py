@@ -6,57 +6,59 @@ always fail), shows :meth:`Claims.table`, and finally saves results.json.
 
     claims.within("transition-ratio", "The OOD transition moves as 1/N_trg.",
                   value=ratio, low=1.4, high=2.8, source="paper",
-                  alternative=("the transition does not depend on N_trg", 1.0))
+                  alternative=("the transition does not depend on N_trg", 1.0),
+                  control=Control("the same sweep on shortcut-free data", value=ratio_control))
     claims.close("lp-closed-form", "The LP optimum equals the closed form.",
                  theory=c_closed, simulation=c_lp, rtol=1e-6, kind="check")
     claims.at_most("spearman", "R and OOD accuracy are anti-correlated.",
-                   value=rho, bound=-0.8, kind="empirical")
+                   value=rho, bound=-0.8, kind="empirical", false_alarm=2e-4,
+                   power=Power("smallest |ρ| detectable at 2e-4 with 12 points, against the "
+                               "paper's ρ = −0.9", detectable=0.78, effect=0.9, ceiling=1.0))
 
 Three kinds (docs/design.md):
 
 - ``theorem``: a paper's result (``source="paper"``) or the chapter's stated reconstruction of one
   (``source="reconstruction"``), tested on a simulation whose outcome is not fixed by construction.
-  Must hold. Each names its ``alternative``: the natural wrong hypothesis and the value it
-  predicts for the same quantity. The helper evaluates the alternative with the same rule as the
-  claim (below) and records whether the simulation rejects it; a theorem whose alternative is not
-  rejected does not discriminate (shown, but not a failure).
+  Must hold. Each names its ``alternative`` (the nearest wrong hypothesis and the value it
+  predicts; the helper judges it with the claim's own rule and records whether the simulation
+  rejects it) and its ``control``: the same pipeline with the theorem's mechanism removed or its
+  hypothesis violated, judged by the same rule, which must *fail* there (:class:`Control`). A
+  theorem claim whose control passes too does not test the theorem: it fails the run. Where no
+  control exists the claim passes ``no_control="why"`` instead.
 - ``check``: verifies the implementation or the setup (identities, brute force against a dynamic
-  program, a configured value). Must hold; counted apart from theorems.
-- ``empirical``: a paper's experimental finding. It carries a :class:`Power`: what the experiment
-  could detect (a positive control's result, or the smallest effect it detects at the stated
-  false-alarm rate against the paper's effect size) and whether that suffices to see the paper's
-  effect. Its verdict (``VERDICTS``) is *reproduced* when it holds, *not reproduced* when it fails
-  and the experiment could have seen the effect (``power.detects``), *not tested* when it fails
-  and could not.
+  program, a configured value, a closed form evaluated by Monte Carlo). Must hold; counted apart.
+- ``empirical``: a paper's experimental finding. It carries a :class:`Power` from which
+  ``detects`` is *computed*: a positive control on the same pipeline, or the smallest effect the
+  rule detects at its false-alarm rate, the paper's (or a stated) effect and the design's ceiling.
+  Its verdict (:func:`verdict_of`): *reproduced* when the rule is a test that could have failed
+  (it records a ``false_alarm`` rate; a tolerance on a point estimate records none) and it holds;
+  *not reproduced* when it fails and the design could see the effect (detectable ≤ effect ≤
+  ceiling, or the positive control passed); *not tested* otherwise.
 
-    claims.at_least("ood-accuracy", "The trained model generalises OOD.", value=acc, bound=0.9,
-                    kind="empirical",
-                    power=Power("the same pipeline on a planted induction task reaches 0.98",
-                                detects=True, value=0.98),
-                    false_alarm=1e-3)
+A theorem or check claim the chapter expects to fail (a reading it reports as contradicted)
+passes ``declared="why"``: it is shown as *fails (declared)* and does not fail the run; if it
+holds after all, it fails the run (strict, like an expected failure in a test runner).
 
-Every helper also takes ``false_alarm``: the per-claim false-alarm rate of the claim's statistical
-test under its null (an interval, a z, a bootstrap, an exact test), recorded in results.json
-(``null`` where the claim is not statistical). The contract's ceiling is ``MAX_FALSE_ALARM``.
+Every helper also takes ``false_alarm``: the false-alarm rate of the claim's decision rule under
+its null (an interval, a z, a bootstrap, an exact test; ``0.0`` for an exact computation),
+recorded in results.json (``null`` where the rule is a tolerance on a point estimate). A
+chapter's rates share one budget, ``CHAPTER_FALSE_ALARM`` per run (:meth:`Claims.false_alarm_total`).
 
-How each helper judges an alternative that predicts ``p`` (a number, or an array for
-``all_close``): ``close``/``all_close`` reject it when the simulation is *not* within the claim's
-tolerance of ``p``; ``within`` rejects it when the value lies outside ``[p − w, p + w]`` with
-``w`` the claim's half-width (or outside ``p`` itself when ``p`` is a pair ``(low, high)``);
-``at_most`` (theory: value ≤ bound) rejects an alternative "value ≥ p" when value < p, and
-``at_least`` rejects "value ≤ p" when value > p. Where the comparison is bespoke (a model
-comparison, a likelihood ratio), pass ``Alternative(statement, prediction, rejected=...)``.
-
-Every helper words its tolerance itself ("simulation ≤ 0.1"); a statistical claim passes
-``tolerance=`` to say instead how its level was sized ("largest |z| ≤ 4.1, level 2e-6 per test,
-Bonferroni over the chapter's 420 tests").
+How each helper judges an alternative or a control (a number, or an array for ``all_close``):
+``close``/``all_close`` by the claim's tolerance around the theory; ``within`` by the band
+(an alternative ``p`` is rejected when the value lies outside ``[p − w, p + w]`` with ``w`` the
+band's half-width, or outside ``p`` itself when ``p`` is a pair ``(low, high)``); ``at_most``
+(theory: value ≤ bound) rejects an alternative "value ≥ p" when value < p, and ``at_least``
+rejects "value ≤ p" when value > p. A control's value is judged by the claim's own rule (the
+same band, bound or tolerance). Where the comparison is bespoke, pass
+``Alternative(statement, prediction, rejected=...)`` and ``Control(statement, value, holds=...)``.
 
 A claim marked ``quick=False`` is recorded as skipped under the ``quick`` profile.
 
-This module owns the claim vocabulary: :func:`status_of` (one claim's word: holds / FAILS /
-skipped, or an empirical verdict), :func:`tally` (one line for the CLI) and :func:`counts` (one
-table cell per kind for the status page) read results.json records, so the notebook, the CLI and
-the status page say the same thing.
+This module owns the claim vocabulary: :func:`status_of` (one claim's word), :func:`tally` (one
+line for the CLI) and :func:`counts` (a status-page cell) read results.json records, so the
+notebook, the CLI and the status page say the same thing. Rendering (HTML tables, badges) lives
+in :mod:`lib.render`, which formats and never computes a number.
 """
 
 from __future__ import annotations
@@ -75,14 +77,20 @@ from lib.results import SCHEMA_VERSION  # noqa: F401  (re-exported for the tests
 KINDS = ("theorem", "check", "empirical")
 MUST_HOLD = ("theorem", "check")  # kinds whose failure fails a run
 SOURCES = ("paper", "reconstruction")
-#: An empirical claim's verdict: it held; it failed where the experiment could see the paper's
-#: effect; it failed where the experiment could not (its power statement says why).
+#: An empirical claim's verdict: a test that could have failed held; it failed where the design
+#: could see the paper's effect; anything else (its power record says why).
 REPRODUCED, NOT_REPRODUCED, NOT_TESTED = VERDICTS = ("reproduced", "not reproduced", "not tested")
 #: A theorem or check claim's status, and the status of any claim a profile skips.
 HOLDS, FAILS, SKIPPED = "holds", "FAILS", "skipped"
-STATUSES = (HOLDS, FAILS, *VERDICTS, SKIPPED)
-#: The contract's ceiling on a statistical claim's false-alarm rate at ``default`` (docs/design.md).
+#: A declared finding (``declared=``): it failed as the chapter says it does; or it held, which
+#: fails the run (strict). A theorem claim whose negative control passes too: fails the run.
+DECLARED_FAILS, UNEXPECTED_PASS = "fails (declared)", "holds (declared to fail)"
+CONTROL_PASSES = "FAILS (control passes too)"
+STATUSES = (HOLDS, FAILS, DECLARED_FAILS, UNEXPECTED_PASS, CONTROL_PASSES, *VERDICTS, SKIPPED)
+#: The contract's ceiling on one statistical claim's false-alarm rate at ``default``, and the
+#: budget a chapter's claims share per run (docs/design.md): their rates sum to at most this.
 MAX_FALSE_ALARM = 1e-3
+CHAPTER_FALSE_ALARM = 1e-3
 
 
 def current_profile() -> str:
@@ -103,76 +111,152 @@ class Alternative:
 
 
 @dataclass
-class Power:
-    """What an empirical claim's experiment could detect.
-
-    ``statement``: one sentence — the positive control's result (the same pipeline on a case where
-    the effect is present by construction), or the smallest effect detectable at the stated
-    false-alarm rate against the paper's effect size; where the experiment cannot see the effect,
-    why not. ``detects``: whether the experiment could have seen the paper's effect. ``value``:
-    optional, the control's result or the detectable effect (a number, list or dict).
-    """
+class Control:
+    """A theorem claim's negative control: the same pipeline with the theorem's mechanism removed
+    or its hypothesis violated (``statement`` says which), ``value`` the statistic the claim's rule
+    is applied to there. ``holds``: the rule's outcome on the control (None: the helper judges
+    ``value`` by the claim's own rule). The claim tests its theorem only if the control fails."""
 
     statement: str
-    detects: bool
-    value: Any = None
+    value: Any
+    holds: bool | None = None
 
     def __post_init__(self):
         if not isinstance(self.statement, str) or not self.statement.strip():
+            raise ValueError("Control needs a statement: which mechanism was removed or hypothesis violated")
+
+
+class Power:
+    """What an empirical claim's experiment could detect; ``detects`` is computed, never given.
+
+    Either a positive control — ``control=True/False``: the same pipeline's rule on a case where
+    the effect is present by construction, and whether it detected it — or the design's numbers:
+    ``detectable`` (the smallest effect the rule detects at its false-alarm rate), ``effect`` (the
+    paper's effect, or a stated one) and ``ceiling`` (the largest effect the design can show at
+    all; ``None`` when unbounded), all as magnitudes in the claim's units. ``detects`` is
+    ``detectable ≤ effect ≤ ceiling`` (and the control, when given). ``matched=False`` marks arms
+    that differ in data or compute: such a design tests nothing (*not tested* whatever its
+    outcome). ``statement``: one sentence a reader understands; ``value``: optional, a number,
+    list or dict shown beside it.
+    """
+
+    def __init__(self, statement: str, *, detectable: float | None = None, effect: float | None = None,
+                 ceiling: float | None = None, control: bool | None = None, matched: bool = True,
+                 value: Any = None, **legacy):
+        if legacy:
+            raise ValueError(f"Power takes no {', '.join(sorted(legacy))}: detects is computed from a positive "
+                             "control or from detectable, effect and ceiling")
+        if not isinstance(statement, str) or not statement.strip():
             raise ValueError("Power needs a statement: what the experiment could detect")
-        if not isinstance(self.detects, (bool, np.bool_)):
-            raise ValueError(f"Power.detects must be True or False, got {self.detects!r}")
-        self.detects = bool(self.detects)
+        numbers = {"detectable": detectable, "effect": effect, "ceiling": ceiling}
+        for name, v in numbers.items():
+            if v is not None and (isinstance(v, (bool, np.bool_)) or not _finite(v) or float(v) < 0):
+                raise ValueError(f"Power.{name} must be a finite magnitude ≥ 0, got {v!r}")
+        if control is not None and not isinstance(control, (bool, np.bool_)):
+            raise ValueError(f"Power.control must be True or False (did the positive control pass?), got {control!r}")
+        if control is None and (detectable is None or effect is None):
+            raise ValueError("Power needs a positive control (control=True/False) or detectable and effect")
+        self.statement = statement
+        self.detectable = None if detectable is None else float(detectable)
+        self.effect = None if effect is None else float(effect)
+        self.ceiling = None if ceiling is None else float(ceiling)
+        self.control = None if control is None else bool(control)
+        self.matched = bool(matched)
+        self.value = value
+
+    @property
+    def detects(self) -> bool:
+        """Whether the design could have seen the effect: arms matched, the positive control (if
+        any) passed, and detectable ≤ effect ≤ ceiling (where those are given)."""
+        ok = self.matched and self.control is not False
+        if self.detectable is not None and self.effect is not None:
+            ok = ok and self.detectable <= self.effect and (self.ceiling is None or self.effect <= self.ceiling)
+        return bool(ok)
+
+    def record(self) -> dict:
+        return {"statement": self.statement, "detects": self.detects, "value": to_jsonable(self.value),
+                "detectable": self.detectable, "effect": self.effect, "ceiling": self.ceiling,
+                "control": self.control, "matched": self.matched}
 
 
-def verdict_of(holds: bool | None, detects: bool | None) -> str | None:
-    """An empirical claim's verdict from its outcome and its power (None when skipped). An
-    experiment that could not see the paper's effect (a confounded or underpowered design)
-    tests nothing, whichever way its rule came out: *not tested*, never *reproduced*."""
+def verdict_of(holds: bool | None, detects: bool | None, false_alarm: float | None = 0.0,
+               matched: bool = True) -> str | None:
+    """An empirical claim's verdict (None when skipped). *Reproduced*: its rule is a test that
+    could have failed (it has a false-alarm rate) and it holds, on matched arms. *Not
+    reproduced*: it fails where the design could have seen the effect. Otherwise *not tested*:
+    a tolerance on a point estimate, a confounded comparison, or a failure the design could not
+    have avoided decides nothing."""
     if holds is None:
         return None
-    if not detects:
-        return NOT_TESTED
-    return REPRODUCED if holds else NOT_REPRODUCED
+    if holds:
+        return REPRODUCED if false_alarm is not None and matched else NOT_TESTED
+    return NOT_REPRODUCED if detects else NOT_TESTED
 
 
 def status_of(claim: dict) -> str:
-    """One stored claim's word (results.json record): ``holds``/``FAILS`` for theorem and check
-    claims, the verdict for an empirical one, ``skipped`` when its profile did not evaluate it.
-    (An empirical record without a power record, written before verdicts, reads as before.)"""
+    """One stored claim's word (a results.json record): ``holds``/``FAILS`` for theorem and check
+    claims (a declared finding: ``fails (declared)`` or ``holds (declared to fail)``; a theorem
+    whose negative control passes too: ``FAILS (control passes too)``), the verdict for an
+    empirical one, ``skipped`` when its profile did not evaluate it."""
     holds = claim.get("holds")
     if holds is None:
         return SKIPPED
     if claim.get("kind") == "empirical":
-        power = claim.get("power")
+        if claim.get("verdict") in VERDICTS:
+            return claim["verdict"]
+        power = claim.get("power")  # a record written before verdicts were stored
         return verdict_of(holds, True if power is None else power.get("detects"))
+    if claim.get("declared"):
+        return UNEXPECTED_PASS if holds else DECLARED_FAILS
+    if holds and claim.get("kind") == "theorem" and (claim.get("control") or {}).get("holds"):
+        return CONTROL_PASSES
     return HOLDS if holds else FAILS
+
+
+def failing(claims: list[dict]) -> list[dict]:
+    """The stored claims that fail a run: a theorem or check claim that did not hold (unless the
+    chapter declared it), a declared failure that held, a theorem whose negative control passed."""
+    return [c for c in claims if c.get("kind") in MUST_HOLD
+            and status_of(c) in (FAILS, UNEXPECTED_PASS, CONTROL_PASSES)]
 
 
 def tally(claims: list[dict]) -> str:
     """One line for the CLI: '3/5 claims hold' over the theorem and check claims a profile
-    evaluated (those it skipped named apart), then the empirical verdicts, e.g.
-    '4/4 claims hold; empirical: 1 reproduced, 2 not tested'."""
-    must = [c for c in claims if c.get("kind") != "empirical"]
-    held = sum(c.get("holds") is True for c in must)
-    skipped = sum(c.get("holds") is None for c in claims)
-    line = f"{held}/{len(must) - sum(c.get('holds') is None for c in must)} claims hold"
+    evaluated (declared findings named apart), then the empirical verdicts, then what the profile
+    skipped, e.g. '4/4 claims hold; 1 fails as declared; empirical: 1 reproduced, 2 not tested'."""
+    must = [c for c in claims if c.get("kind") != "empirical" and c.get("holds") is not None]
+    declared = [c for c in must if status_of(c) == DECLARED_FAILS]
+    rest = [c for c in must if c not in declared]
+    line = f"{sum(status_of(c) == HOLDS for c in rest)}/{len(rest)} claims hold"
+    if declared:
+        line += f"; {len(declared)} fail{'s' if len(declared) == 1 else ''} as declared"
     emp = [status_of(c) for c in claims if c.get("kind") == "empirical" and c.get("holds") is not None]
     if emp:
         line += "; empirical: " + ", ".join(f"{emp.count(v)} {v}" for v in VERDICTS if emp.count(v))
-    return line + (f" ({skipped} not evaluated at this profile)" if skipped else "")
+    skipped = sum(c.get("holds") is None for c in claims)
+    return line + (f" ({skipped} skipped at this profile)" if skipped else "")
 
 
 def counts(claims: list[dict]) -> str:
     """One status-page cell for a group of stored claims of one kind: 'held/recorded' for
-    theorem and check claims, the verdicts ('1 reproduced · 2 not tested') for empirical ones."""
+    theorem and check claims (declared findings named apart), the verdicts ('1 reproduced · 2
+    not tested') for empirical ones."""
     if not claims:
         return "—"
     words = [status_of(c) for c in claims]
     if all(c.get("kind") == "empirical" for c in claims):
         parts = [f"{words.count(v)} {v}" for v in (*VERDICTS, SKIPPED) if words.count(v)]
         return " · ".join(parts)
-    return f"{words.count(HOLDS)}/{len(claims)}"
+    declared = words.count(DECLARED_FAILS)
+    cell = f"{words.count(HOLDS)}/{len(claims) - declared}"
+    return cell + (f" · {declared} fails (declared)" if declared else "")
+
+
+def false_alarm_total(claims: list[dict]) -> float:
+    """The sum of a run's recorded false-alarm rates (a chapter's budget is ``CHAPTER_FALSE_ALARM``):
+    by Bonferroni's inequality, at most the chance that any of its statistical claims fails by
+    chance. Skipped claims decide nothing and are not counted."""
+    return float(sum(c.get("false_alarm") or 0.0 for c in claims if c.get("holds") is not None))
 
 
 @dataclass
@@ -187,19 +271,23 @@ class Claim:
     quick: bool = True
     source: str | None = None  # theorem claims: "paper" or "reconstruction"
     alternative: dict | None = None  # theorem claims: {"statement", "prediction", "rejected"}
-    power: dict | None = None  # empirical claims: {"statement", "detects", "value"}
-    false_alarm: float | None = None  # statistical claims: the per-claim false-alarm rate
+    power: dict | None = None  # empirical claims: Power.record()
+    false_alarm: float | None = None  # statistical claims: the decision rule's false-alarm rate
+    control: dict | None = None  # theorem claims: {"statement", "value", "holds"}
+    no_control: str | None = None  # theorem claims without a control: why none exists
+    declared: str | None = None  # theorem/check claims the chapter expects to fail: why
 
     @property
     def verdict(self) -> str | None:
         """An empirical claim's verdict (None for other kinds, and when skipped)."""
         if self.kind != "empirical":
             return None
-        return verdict_of(self.holds, (self.power or {}).get("detects"))
+        power = self.power or {}
+        return verdict_of(self.holds, power.get("detects"), self.false_alarm, power.get("matched", True))
 
     @property
     def status(self) -> str:
-        return status_of({"kind": self.kind, "holds": self.holds, "power": self.power})
+        return status_of(claim_record(self))
 
     @property
     def discriminates(self) -> bool | None:
@@ -244,7 +332,10 @@ def format_value(value: Any) -> str:
 
 
 def _finite(*values: float) -> bool:
-    return all(v is not None and math.isfinite(float(v)) for v in values)
+    try:
+        return all(v is not None and math.isfinite(float(v)) for v in values)
+    except (TypeError, ValueError):
+        return False
 
 
 def _closeness(atol: float, rtol: float, what: str = "|sim − theory|") -> str:
@@ -261,6 +352,14 @@ def _array_summary(values: np.ndarray) -> Any:
     return {"shape": list(values.shape), "min": float(np.nanmin(values)), "max": float(np.nanmax(values))}
 
 
+def _text(name: str, value: Any, id: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"claim {id!r}: {name} must be a sentence saying why")
+    return value
+
+
 class Claims:
     """The claims of one chapter run."""
 
@@ -273,42 +372,56 @@ class Claims:
     def record(self, id: str, statement: str, *, theory: Any, simulation: Any, holds: bool,
                tolerance: str, kind: str = "theorem", quick: bool = True, source: str | None = None,
                alternative: Alternative | None = None, power: Power | None = None,
-               false_alarm: float | None = None) -> Claim:
+               false_alarm: float | None = None, control: Control | None = None,
+               no_control: str | None = None, declared: str | None = None) -> Claim:
         """Record a comparison whose verdict the caller computed (prefer the helpers below).
 
-        A theorem claim's ``alternative`` is then an :class:`Alternative` with ``rejected`` given:
-        only the helpers below know how to judge a bare ``(statement, prediction)`` pair.
+        A theorem claim's ``alternative`` is then an :class:`Alternative` with ``rejected`` given
+        and its ``control`` a :class:`Control` with ``holds`` given: only the helpers below know
+        how to judge a bare prediction or control value.
         """
         return self._record(id, statement, theory=theory, simulation=simulation, holds=holds,
                             tolerance=tolerance, kind=kind, quick=quick, source=source,
-                            alternative=alternative, power=power, false_alarm=false_alarm, rejects=None)
+                            alternative=alternative, power=power, false_alarm=false_alarm,
+                            control=control, no_control=no_control, declared=declared, rule=None, rejects=None)
 
     def _record(self, id: str, statement: str, *, theory: Any, simulation: Any, holds: bool,
                 tolerance: str, kind: str = "theorem", quick: bool = True, source: str | None = None,
                 alternative: Alternative | tuple | None = None, power: Power | None = None,
-                false_alarm: float | None = None,
+                false_alarm: float | None = None, control: Control | None = None,
+                no_control: str | None = None, declared: str | None = None,
+                rule: Callable[[Any], bool] | None = None,
                 rejects: Callable[[Any], bool] | None = None) -> Claim:
-        """``record`` with the helper's own rule ``rejects(prediction)`` for judging a pair."""
+        """``record`` with the helper's own rule: ``rule(value)`` (does a value pass?) for judging
+        a control, ``rejects(prediction)`` for judging an alternative."""
         if kind not in KINDS:
             raise ValueError(f"claim {id!r}: kind must be one of {KINDS}, got {kind!r}")
         if any(c.id == id for c in self.claims):
             raise ValueError(f"claim {id!r} recorded twice")
         if source is not None and source not in SOURCES:
             raise ValueError(f"claim {id!r}: source must be one of {SOURCES}, got {source!r}")
-        if kind != "theorem" and (source is not None or alternative is not None):
-            raise ValueError(f"claim {id!r}: only theorem claims take a source and an alternative")
+        if kind != "theorem" and (source is not None or alternative is not None or control is not None
+                                  or no_control is not None):
+            raise ValueError(f"claim {id!r}: only theorem claims take a source, an alternative and a control")
+        if control is not None and no_control is not None:
+            raise ValueError(f"claim {id!r}: a control, or no_control saying why none exists, not both")
         if kind == "empirical" and power is None:
-            raise ValueError(f"claim {id!r}: an empirical claim needs power=Power(statement, detects=...): "
+            raise ValueError(f"claim {id!r}: an empirical claim needs power=Power(...): "
                              "what the experiment could detect")
         if kind != "empirical" and power is not None:
             raise ValueError(f"claim {id!r}: only empirical claims take a power")
+        if kind == "empirical" and declared is not None:
+            raise ValueError(f"claim {id!r}: an empirical claim is reported either way; only theorem and check "
+                             "claims are declared to fail")
         if power is not None and not isinstance(power, Power):
-            raise ValueError(f"claim {id!r}: power must be a Power(statement, detects, value)")
+            raise ValueError(f"claim {id!r}: power must be a Power(statement, ...)")
         if false_alarm is not None:
             if (isinstance(false_alarm, (bool, np.bool_)) or not isinstance(false_alarm, (int, float, np.number))
                     or not _finite(false_alarm) or not 0 <= float(false_alarm) <= 1):
                 raise ValueError(f"claim {id!r}: false_alarm must be a probability, got {false_alarm!r}")
             false_alarm = float(false_alarm)
+        no_control = _text("no_control", no_control, id)
+        declared = _text("declared", declared, id)
         alt = None
         if alternative is not None:
             if not isinstance(alternative, Alternative):
@@ -320,24 +433,34 @@ class Claims:
                 rejected = rejects(alternative.prediction)
             alt = {"statement": alternative.statement, "prediction": to_jsonable(alternative.prediction),
                    "rejected": bool(rejected)}
+        ctl = None
+        if control is not None:
+            if not isinstance(control, Control):
+                raise ValueError(f"claim {id!r}: control must be a Control(statement, value, holds=None)")
+            passed = control.holds
+            if passed is None:
+                if rule is None:
+                    raise ValueError(f"claim {id!r}: record() needs Control(..., holds=...)")
+                passed = rule(control.value)
+            ctl = {"statement": control.statement, "value": to_jsonable(control.value), "holds": bool(passed)}
         skipped = self.profile == "quick" and not quick
         claim = Claim(id=id, kind=kind, statement=statement, theory=to_jsonable(theory),
                       simulation=to_jsonable(simulation), tolerance=tolerance,
                       holds=None if skipped else bool(holds), quick=quick, source=source, alternative=alt,
-                      power=None if power is None else {"statement": power.statement, "detects": power.detects,
-                                                        "value": to_jsonable(power.value)},
-                      false_alarm=false_alarm)
+                      power=None if power is None else power.record(), false_alarm=false_alarm,
+                      control=None if skipped else ctl, no_control=no_control, declared=declared)
         self.claims.append(claim)
         return claim
 
     def close(self, id: str, statement: str, *, theory: float, simulation: float,
               rtol: float = 0.0, atol: float = 0.0, tolerance: str | None = None, **kw) -> Claim:
         """|simulation − theory| ≤ atol + rtol·|theory| (both finite)."""
-        def near(p):
-            return _finite(p, simulation) and abs(simulation - p) <= atol + rtol * abs(p)
+        def near(p, s=simulation):
+            return _finite(p, s) and abs(s - p) <= atol + rtol * abs(p)
 
         return self._record(id, statement, theory=theory, simulation=simulation, holds=near(theory),
-                           tolerance=tolerance or _closeness(atol, rtol), rejects=lambda p: not near(p), **kw)
+                            tolerance=tolerance or _closeness(atol, rtol), rule=lambda v: near(theory, v),
+                            rejects=lambda p: not near(p), **kw)
 
     def all_close(self, id: str, statement: str, *, theory, simulation, rtol: float = 0.0,
                   atol: float = 0.0, tolerance: str | None = None, **kw) -> Claim:
@@ -348,56 +471,73 @@ class Claims:
         if t.shape != s.shape:
             raise ValueError(f"claim {id!r}: shapes differ, {t.shape} vs {s.shape}")
 
-        def near(p):
-            p = np.broadcast_to(np.asarray(p, dtype=float), s.shape)
-            return bool(np.all(np.isfinite(s)) and np.all(np.abs(s - p) <= atol + rtol * np.abs(p)))
+        def near(p, sim=s):
+            sim = np.asarray(sim, dtype=float)
+            p = np.broadcast_to(np.asarray(p, dtype=float), sim.shape)
+            return bool(np.all(np.isfinite(sim)) and np.all(np.abs(sim - p) <= atol + rtol * np.abs(p)))
+
+        def control_passes(values):
+            values = np.asarray(values, dtype=float)
+            return values.shape == s.shape and near(t, values)
 
         err = np.abs(s - t)
         nonzero = np.abs(t) > 0  # a relative error means nothing where the theory is 0
         worst_rel = float(np.max(err[nonzero] / np.abs(t[nonzero]))) if nonzero.any() else None
         return self._record(id, statement, theory=_array_summary(t),
-                           simulation={"max_abs_err": float(err.max(initial=0.0)), "max_rel_err": worst_rel},
-                           holds=near(t), tolerance=tolerance or "every " + _closeness(atol, rtol),
-                           rejects=lambda p: not near(p), **kw)
+                            simulation={"max_abs_err": float(err.max(initial=0.0)), "max_rel_err": worst_rel},
+                            holds=near(t), tolerance=tolerance or "every " + _closeness(atol, rtol),
+                            rule=control_passes, rejects=lambda p: not near(p), **kw)
 
     def at_most(self, id: str, statement: str, *, value: float, bound: float,
                 tolerance: str | None = None, **kw) -> Claim:
         """value ≤ bound. ``theory`` is the bound, ``simulation`` the value."""
-        ok = _finite(value, bound) and value <= bound
-        return self._record(id, statement, theory=bound, simulation=value, holds=ok,
-                           tolerance=tolerance or f"simulation ≤ {format_value(float(bound))}",
-                           rejects=lambda p: _finite(value, p) and value < p, **kw)
+        def ok(v):
+            return _finite(v, bound) and v <= bound
+
+        return self._record(id, statement, theory=bound, simulation=value, holds=ok(value),
+                            tolerance=tolerance or f"simulation ≤ {format_value(float(bound))}", rule=ok,
+                            rejects=lambda p: _finite(value, p) and value < p, **kw)
 
     def at_least(self, id: str, statement: str, *, value: float, bound: float,
                  tolerance: str | None = None, **kw) -> Claim:
         """value ≥ bound."""
-        ok = _finite(value, bound) and value >= bound
-        return self._record(id, statement, theory=bound, simulation=value, holds=ok,
-                           tolerance=tolerance or f"simulation ≥ {format_value(float(bound))}",
-                           rejects=lambda p: _finite(value, p) and value > p, **kw)
+        def ok(v):
+            return _finite(v, bound) and v >= bound
+
+        return self._record(id, statement, theory=bound, simulation=value, holds=ok(value),
+                            tolerance=tolerance or f"simulation ≥ {format_value(float(bound))}", rule=ok,
+                            rejects=lambda p: _finite(value, p) and value > p, **kw)
 
     def within(self, id: str, statement: str, *, value: float, low: float, high: float,
                tolerance: str | None = None, **kw) -> Claim:
         """low ≤ value ≤ high."""
-        ok = _finite(value, low, high) and low <= value <= high
+        def ok(v):
+            return _finite(v, low, high) and low <= v <= high
 
         def rejects(p):
             lo, hi = (p if np.ndim(p) else (p - (high - low) / 2, p + (high - low) / 2))
             return _finite(value, lo, hi) and not lo <= value <= hi
 
-        return self._record(id, statement, theory=[low, high], simulation=value, holds=ok,
-                           tolerance=tolerance or f"within [{format_value(float(low))}, {format_value(float(high))}]",
-                           rejects=rejects, **kw)
+        return self._record(id, statement, theory=[low, high], simulation=value, holds=ok(value),
+                            tolerance=tolerance or f"within [{format_value(float(low))}, {format_value(float(high))}]",
+                            rule=ok, rejects=rejects, **kw)
 
     # -- reporting -----------------------------------------------------------------------
     @property
     def failed(self) -> list[Claim]:
-        """Theorem and check claims that do not hold (these fail a run)."""
-        return [c for c in self.claims if c.kind in MUST_HOLD and c.holds is False]
+        """The claims that fail a run (see :func:`failing`)."""
+        ids = {c["id"] for c in failing(self.records())}
+        return [c for c in self.claims if c.id in ids]
+
+    def false_alarm_total(self) -> float:
+        """The run's recorded false-alarm rates summed (the chapter's budget: ``CHAPTER_FALSE_ALARM``)."""
+        return false_alarm_total(self.records())
 
     def table(self):
         """The claims table for display in the chapter (an HTML table that wraps long text)."""
-        return ClaimsTable(self.claims)
+        from lib.render import ClaimsTable
+
+        return ClaimsTable(self.records())
 
     def records(self) -> list[dict]:
         """The claims as results.json stores them."""
@@ -414,92 +554,22 @@ class Claims:
             claims=self.records(), metrics=to_jsonable(metrics or {}), provenance=provenance))
 
 
-def failing(claims: list[dict]) -> list[dict]:
-    """The stored claims (results.json records) of a must-hold kind that did not hold."""
-    return [c for c in claims if c.get("kind") in MUST_HOLD and c.get("holds") is False]
-
-
 def claim_record(c: Claim) -> dict:
-    """A claim as stored in results.json: ``source``/``alternative`` only on theorem claims,
-    ``verdict``/``power`` only on empirical ones, ``false_alarm`` (or null) on every claim."""
+    """A claim as stored in results.json: ``source``/``alternative``/``control``/``no_control``
+    only on theorem claims, ``verdict``/``power`` only on empirical ones, ``declared`` only where
+    given, ``false_alarm`` (or null) on every claim."""
     doc = asdict(c)
     if c.kind != "theorem":
-        doc.pop("source")
-        doc.pop("alternative")
+        for key in ("source", "alternative", "control", "no_control"):
+            doc.pop(key)
+    else:
+        for key in ("control", "no_control"):
+            if doc[key] is None:
+                doc.pop(key)
+    if c.declared is None:
+        doc.pop("declared")
     if c.kind == "empirical":
         doc["verdict"] = c.verdict
     else:
         doc.pop("power")
     return doc
-
-
-BADGE_COLOURS = {HOLDS: "#1b7837", REPRODUCED: "#1b7837", FAILS: "#b2182b",
-                 NOT_REPRODUCED: "#b35806", NOT_TESTED: "#4d4d9f", SKIPPED: "#6b6b6b"}
-
-
-def power_text(power: dict | None) -> str:
-    """An empirical claim's power record as one line of text."""
-    if not power:
-        return "—"
-    value = power.get("value")
-    tail = f" ({format_value(value)})" if value is not None else ""
-    return (f"{power['statement']}{tail}: "
-            + ("could detect the paper's effect" if power.get("detects") else "could not detect the paper's effect"))
-
-
-def badge(status: str) -> str:
-    """A coloured verdict badge (inline HTML) for a claim status."""
-    colour = BADGE_COLOURS.get(status, "#6b6b6b")
-    return (f'<span class="claim-badge" style="background:{colour};color:#fff;border-radius:0.6em;'
-            f'padding:0.05em 0.5em;white-space:nowrap">{status}</span>')
-
-
-def discrimination_text(alternative: dict | None, holds: bool | None) -> str:
-    if alternative is None:
-        return "—"
-    verdict = "rejected" if alternative.get("rejected") else "not rejected (does not discriminate)"
-    return f"{alternative['statement']} (predicts {format_value(alternative.get('prediction'))}): {verdict}"
-
-
-class ClaimsTable:
-    """The chapter's claims rendered for reading: full statements, tolerances in words, the
-    alternative each theorem rules out, coloured verdicts. Displays as HTML in the notebook and
-    as plain text elsewhere."""
-
-    def __init__(self, claims: list[Claim]):
-        self.claims = list(claims)
-
-    def rows(self) -> list[dict]:
-        return [{"claim": c.id, "kind": c.kind_label, "statement": c.statement,
-                 "theory": format_value(c.theory), "simulation": format_value(c.simulation),
-                 "tolerance": c.tolerance + (f" (false-alarm rate {c.false_alarm:.2g})"
-                                             if c.false_alarm is not None else ""),
-                 "alternative": (discrimination_text(c.alternative, c.holds) if c.kind != "empirical"
-                                 else "power: " + power_text(c.power)),
-                 "status": c.status} for c in self.claims]
-
-    def to_frame(self):
-        import pandas as pd
-
-        rows = self.rows()
-        return pd.DataFrame(rows).set_index("claim") if rows else pd.DataFrame()
-
-    def _repr_html_(self) -> str:
-        from html import escape
-
-        head = ("verdict", "claim", "kind", "statement", "theory", "simulation", "tolerance",
-                "alternative ruled out (theorems) or power (empirical)")
-        body = []
-        for r in self.rows():
-            cells = [badge(r["status"]), f"<code>{escape(r['claim'])}</code>", escape(r["kind"]),
-                     escape(r["statement"]), escape(r["theory"]), escape(r["simulation"]),
-                     escape(r["tolerance"]), escape(r["alternative"])]
-            body.append("<tr>" + "".join(f'<td style="text-align:left;vertical-align:top">{c}</td>'
-                                         for c in cells) + "</tr>")
-        header = "".join(f'<th style="text-align:left">{h}</th>' for h in head)
-        return (f'<table class="claims-table" style="table-layout:auto;width:100%;font-size:0.9em">'
-                f"<thead><tr>{header}</tr></thead><tbody>{''.join(body)}</tbody></table>")
-
-    def __repr__(self) -> str:
-        lines = [f"{r['status']:>14}  {r['claim']}: {r['statement']}" for r in self.rows()]
-        return "\n".join(lines) if lines else "(no claims)"

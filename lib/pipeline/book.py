@@ -20,7 +20,8 @@ import zipfile
 from html import escape
 from pathlib import Path
 
-from lib.claims import badge, counts, discrimination_text, format_value, power_text, status_of
+from lib.claims import counts, format_value, status_of
+from lib.render import badge, control_text, discrimination_text, power_text
 from lib.pipeline import records
 from lib.pipeline.chapters import Book, UsageError
 from lib.pipeline.jb_guard import STAGE_MARKER
@@ -53,6 +54,10 @@ def _claim_row(c: dict, seeds: dict | None) -> str:
         details += f"; false-alarm rate {c['false_alarm']:.2g}"
     if c.get("alternative"):
         details += "; alternative: " + escape(discrimination_text(c["alternative"], c.get("holds")))
+    if c.get("kind") == "theorem":
+        details += "; negative control: " + escape(control_text(c))
+    if c.get("declared"):
+        details += "; declared to fail: " + escape(c["declared"])
     if c.get("power"):
         details += "; power: " + escape(power_text(c["power"]))
     discriminates = "—"
@@ -105,10 +110,12 @@ def status_markdown(book: Book, profile: str) -> str:
     env_rows = ["| Python | torch | numpy | threads |", "|---|---|---|---|"]
     env_rows += [f"| {_cell(p)} | {_cell(t)} | {_cell(n)} | {_cell(th)} |" for p, t, n, th in sorted(
         envs, key=str)]
-    legend = ("Theorem and check columns count the claims that held out of those recorded. The empirical "
-              "column gives each verdict: *reproduced* (the finding held), *not reproduced* (the experiment "
-              "could have seen the paper's effect and did not), *not tested* (it failed where the experiment "
-              "could not see the effect; its power record says why).")
+    legend = ("Theorem and check columns count the claims that held out of those recorded; a finding a "
+              "chapter declares (a reading its simulation contradicts) is counted apart as *fails (declared)*. "
+              "Every theorem claim is also run on a negative control (its mechanism removed), where it must "
+              "fail. The empirical column gives each verdict: *reproduced* (a test that could have failed "
+              "held), *not reproduced* (it failed where the design could have seen the paper's effect), "
+              "*not tested* (anything else; its power record says why).")
     return "\n".join([f"Profile: `{profile}`.", "", "## Chapters", "", legend, "", *lines, "", "## Claims", "",
                       *sections, "## Environment", "",
                       "Commit(s): " + ", ".join(f"`{c}`" for c in sorted(commits)), "", *env_rows, ""])

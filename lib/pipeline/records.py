@@ -21,14 +21,14 @@ import math
 import os
 import platform
 import sys
-from dataclasses import fields
 from datetime import datetime
 from html import escape
 from pathlib import Path
 
-from lib.claims import Claim, ClaimsTable, format_value, status_of, tally
+from lib.claims import format_value, status_of, tally
 from lib.pipeline.chapters import Book, ChapterSource, UsageError
 from lib.pipeline.runner import ENV_FILES, cache_key, is_fresh, notebook_fingerprint, resolve
+from lib.render import ClaimsTable
 
 RECORD_VERSION = 1
 #: The profile the book's pages show records of.
@@ -253,8 +253,7 @@ def chapter_section(book: Book, chapter: ChapterSource, profile: str = SHOWN) ->
     state = (f"**Stale:** this record no longer matches the current code and profile (changed: "
              f"{escape(', '.join(changed))}); its numbers are those of the recorded run."
              if changed else "The record's cache key matches the current code and profile.")
-    names = {f.name for f in fields(Claim)}
-    table = ClaimsTable([Claim(**{k: v for k, v in c.items() if k in names}) for c in record["claims"]])
+    table = ClaimsTable(record["claims"])
     # wide: it scrolls inside a labelled region that the keyboard can reach (axe-core)
     claims = (f'<div role="region" aria-label="claims of the recorded {profile} run" tabindex="0" '
               f'style="overflow-x:auto">{table._repr_html_()}</div>')
