@@ -27,12 +27,35 @@ SOURCE_DIRS = ("lib", "kernels")
 _ROOT = Path(__file__).resolve().parents[1]
 
 
-def loaded_sources(root: str | os.PathLike | None = None) -> list[str]:
+#: Source files a result of this process depends on that it did not import itself: what the
+#: sweeps' workers (joblib processes, Dask workers) imported, and the static import closure of
+#: every sweep function (lib.sweep notes both with :func:`note_sources`).
+_NOTED: set[str] = set()
+
+
+#: The sweep functions this process ran (``module.qualname``), for a record's canary (lib.sweep).
+SWEEPS: set[str] = set()
+
+
+def run_summary(root: str | os.PathLike | None = None) -> dict:
+    """What the runner's last hidden cell writes: the run's source files and sweep functions."""
+    return {"deps": loaded_sources(root), "sweeps": sorted(SWEEPS)}
+
+
+def note_sources(paths) -> None:
+    """Add files (absolute paths) to what :func:`loaded_sources` reports for this process."""
+    _NOTED.update(os.path.realpath(p) for p in paths)
+
+
+def loaded_sources(root: str | os.PathLike | None = None, noted: bool = True) -> list[str]:
     """The real paths of the source files under ``root``'s :data:`SOURCE_DIRS` that this process
-    has imported, sorted: what a run's (or a sweep point's) result can depend on. ``root`` is the
-    project this ``lib`` belongs to unless given."""
+    has imported, with (``noted``) those its sweeps' workers imported and its sweep functions'
+    import closures (:func:`note_sources`), sorted: what a run's (or a sweep point's) result can
+    depend on. ``root`` is the project this ``lib`` belongs to unless given."""
     roots = [os.path.realpath(Path(root or _ROOT) / d) + os.sep for d in SOURCE_DIRS]
     files = {os.path.realpath(m.__file__) for m in list(sys.modules.values()) if getattr(m, "__file__", None)}
+    if noted:
+        files |= _NOTED
     return sorted(f for f in files if f.startswith(tuple(roots)))
 
 
@@ -50,6 +73,9 @@ class RunContext:
     #: `companion profile`: the JSON-lines file each sweep appends its timing and FLOP count to
     #: (lib.sweep); None: not profiling. Taken from ``$COMPANION_PROFILING`` when not given.
     profiling: str | None = field(default_factory=lambda: os.environ.get(PROFILING_ENV) or None)
+    #: `companion run --force` and `companion verify`: every sweep point is computed, none is
+    #: read from the points folder (finished points are still kept there)
+    force: bool = False
 
     def export(self) -> None:
         """Make this the context of the kernels started from now on."""

@@ -9,6 +9,7 @@ from dataclasses import asdict
 import pytest
 
 from conftest import companion
+from lib import profiling as profiling_module
 from lib import run, sweep
 from lib.pipeline import profile
 
@@ -31,7 +32,7 @@ def profiling(tmp_path, monkeypatch):
     lines = tmp_path / "sweeps.jsonl"
     context = run.RunContext(points=str(tmp_path / "points"), run_key="k", profiling=str(lines))
     monkeypatch.setenv(run.ENV, json.dumps(asdict(context)))
-    monkeypatch.setattr(sweep, "_PROBED", set())
+    monkeypatch.setattr(profiling_module, "_PROBED", set())
     CALLS.clear()
     return lines
 

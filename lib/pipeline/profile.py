@@ -85,7 +85,8 @@ def op_cost(repeats: int = PEAK_REPEATS, steps: int = OP_STEPS) -> list[float]:
     dispatches (counted as :mod:`lib.sweep`'s probe counts them)."""
     import torch
 
-    from lib.sweep import one_thread, op_counter
+    from lib.profiling import op_counter
+    from lib.sweep import one_thread
 
     g = torch.Generator().manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))

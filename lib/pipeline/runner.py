@@ -92,10 +92,10 @@ def cache_key(book: Book, chapter: ChapterSource, params: dict, deps: list[str])
 
 
 def _depfile_cell(root: Path) -> dict:
-    src = (
+    src = (  # the run's deps (the kernel's imports, its sweeps' workers' and closures) and sweeps
         "import json as _json\n"
-        "from lib.run import loaded_sources as _loaded_sources\n"
-        f"_json.dump(_loaded_sources({str(root.resolve())!r}), open({DEPFILE!r}, 'w'))\n"
+        "from lib.run import run_summary as _run_summary\n"
+        f"_json.dump(_run_summary({str(root.resolve())!r}), open({DEPFILE!r}, 'w'))\n"
     )
     return {"cell_type": "code", "execution_count": None, "id": "companion-depfile",
             "metadata": {"tags": ["remove-cell"]}, "outputs": [], "source": src}
@@ -254,11 +254,11 @@ def run_chapter(book: Book, chapter: ChapterSource, profile: str = "default",
         if fresh and not force:
             return RunResult(chapter, profile, out_dir, "cached", _exit_code(doc),
                              doc["provenance"].get("runtime_s", 0.0), doc)
-        return _execute(book, chapter, profile, params, out_dir, progress, scheduler)
+        return _execute(book, chapter, profile, params, out_dir, progress, scheduler, force)
 
 
 def _execute(book: Book, chapter: ChapterSource, profile: str, params: dict, out_dir: Path,
-             progress, scheduler: str | None) -> RunResult:
+             progress, scheduler: str | None, force: bool = False) -> RunResult:
     import papermill as pm
 
     _clean_stale_tmp(out_dir)
@@ -280,7 +280,8 @@ def _execute(book: Book, chapter: ChapterSource, profile: str, params: dict, out
     RunContext(profile=profile, points=str(book.build_dir / "points" / chapter.slug),
                run_key=_sha(notebook_fingerprint(chapter.path), json.dumps(params, sort_keys=True).encode(),
                             environment_fingerprint(book.root)),
-               scheduler=scheduler, threads=int(os.environ.get("COMPANION_THREADS") or 0)).export()
+               scheduler=scheduler, threads=int(os.environ.get("COMPANION_THREADS") or 0),
+               force=force).export()  # --force / verify: no kept sweep point is read
     try:
         pm.execute_notebook(str(tmp / ".input.ipynb"), str(tmp / f"{chapter.slug}.ipynb"),
                             parameters=injected, kernel_name="python3", cwd=str(tmp),
@@ -304,8 +305,8 @@ def _execute(book: Book, chapter: ChapterSource, profile: str, params: dict, out
                          time.perf_counter() - t0, {}, msg)
     runtime = time.perf_counter() - t0
 
-    deps = json.loads((tmp / DEPFILE).read_text())
-    deps = sorted(os.path.relpath(d, book.root.resolve()) for d in deps)
+    summary = json.loads((tmp / DEPFILE).read_text())
+    deps = sorted(os.path.relpath(d, book.root.resolve()) for d in summary["deps"])
     for scratch in (DEPFILE, ".input.ipynb", KERNEL_LOG):
         (tmp / scratch).unlink(missing_ok=True)
     env = environment()
@@ -315,7 +316,7 @@ def _execute(book: Book, chapter: ChapterSource, profile: str, params: dict, out
                          "started": started, "runtime_s": round(runtime, 2),
                          "cpu_s": round(_cpu_seconds() - cpu0, 2),
                          "threads": int(os.environ.get("COMPANION_THREADS") or env["threads"]),
-                         "deps": deps}
+                         "deps": deps, "sweeps": summary["sweeps"]}
     results.write(tmp, doc)
 
     # Move into place: the old result (if any; checked to be a run's) goes only once the new one
