@@ -31,7 +31,7 @@ import sys
 from pathlib import Path
 
 from lib.claims import tally
-from lib.pipeline.chapters import PROFILES, Book, UsageError
+from lib.pipeline.chapters import PROFILES, Book, UsageError, quote
 from lib.pipeline import records
 from lib.pipeline.runner import (CLAIM_FAILED, EXEC_FAILED, OK, USAGE, RunResult, check_scheduler, is_fresh,
                                  output_dir, resolve, run_many)
@@ -72,6 +72,8 @@ def split_params(argv: list[str]) -> tuple[list[str], list[list[str]]]:
         if argv[i] in ("-p", "--param"):
             if len(argv) - i < 3:
                 raise UsageError(f"companion: {argv[i]} takes two values, NAME VALUE")
+            if any(name == argv[i + 1] for name, _ in params):
+                raise UsageError(f"companion: -p {quote(argv[i + 1])} is given twice; give each parameter once")
             params.append([argv[i + 1], argv[i + 2]])
             i += 3
             continue
@@ -214,6 +216,8 @@ def cmd_params(book: Book, args) -> int:
 
     ch = book.chapter(args.chapter)
     params = resolve(book, ch, args.profile, dict(args.param))
+    if "profile" in ch.parameters:  # `papermill -f` alone then labels the run with its profile
+        params = {"profile": args.profile, **params}
     print(yaml.safe_dump(params, sort_keys=False, allow_unicode=True), end="")
     return OK
 

@@ -187,12 +187,16 @@ def _error_summary(exc: Exception) -> str:
 
 
 def resolve(book: Book, chapter: ChapterSource, profile: str, overrides: dict[str, str]) -> dict:
-    """The chapter's parameters for this profile and overrides, without ``out_dir`` (where a
-    run is written is not part of what it computes: the runner sets it)."""
+    """The chapter's parameters for this profile and overrides, without ``out_dir`` and
+    ``profile`` (where a run is written and its label are not part of what it computes: the
+    runner sets them)."""
     if "out_dir" in overrides:
         raise UsageError("set the output directory with --out DIR, not -p out_dir")
+    if "profile" in overrides:
+        raise UsageError("set the profile with --profile P, not -p profile")
     params = chapter.resolve(book.profile(profile, chapter), overrides)
     params.pop("out_dir", None)
+    params.pop("profile", None)
     if params.get("device", "cpu") != "cpu":
         _check_device(str(params["device"]))
     return params
@@ -272,7 +276,9 @@ def _execute(book: Book, chapter: ChapterSource, profile: str, params: dict, out
     source["cells"].append(_depfile_cell(book.root))
     (tmp / ".input.ipynb").write_text(json.dumps(source))
 
-    injected = {**params, "out_dir": str(tmp)} if "out_dir" in chapter.parameters else params
+    injected = {**params, "out_dir": str(tmp)} if "out_dir" in chapter.parameters else dict(params)
+    if "profile" in chapter.parameters:
+        injected["profile"] = profile
     started = datetime.now(UTC).isoformat(timespec="milliseconds")  # records compare file times with it
     t0, cpu0 = time.perf_counter(), _cpu_seconds()
     # What the kernel is told (lib.run): sweep points finished by this run are kept for a rerun
