@@ -21,11 +21,12 @@ from html import escape
 from pathlib import Path
 
 from lib.claims import counts, format_value, status_of
-from lib.render import badge, control_text, discrimination_text, power_text
-from lib.pipeline import records
+from lib.pipeline import citing, records
 from lib.pipeline.chapters import Book, UsageError
 from lib.pipeline.jb_guard import STAGE_MARKER
 from lib.pipeline.runner import stored
+from lib.provenance import git_commit
+from lib.render import badge, control_text, discrimination_text, power_text
 
 STATUS_MARKER = "<!-- status-table -->"
 
@@ -150,6 +151,7 @@ def stage(book: Book, profile: str) -> Path:
     status = dest / "book" / "status.md"
     status.write_text(status.read_text().replace(STATUS_MARKER, status_markdown(book, profile)))
     records.stage_pages(book, dest)
+    citing.stage_page(book, dest, git_commit(book.root))
     return dest
 
 
