@@ -36,7 +36,21 @@ def _cell(value) -> str:
     return format_value(value).replace("|", "\\|").replace("\n", " ")
 
 
-def _claim_row(c: dict, seeds: dict | None) -> str:
+def _paper_record(book: Book, ch) -> tuple[dict | None, str]:
+    """A chapter's `paper` record and one cell saying what it decided, with its commit and state."""
+    record = records.load(book, "paper", ch)
+    if record is None:
+        return None, "not recorded"
+    state = "stale" if records.changes(book, ch, record) else "current"
+    claims = record.get("claims", [])
+    must = [c for c in claims if c.get("kind") != "empirical"]
+    emp = [c for c in claims if c.get("kind") == "empirical"]
+    cell = " · ".join(filter(None, [f"{counts(must)} hold" if must else "",
+                                     counts(emp) if emp else ""]))
+    return record, f"{cell} (`{record.get('provenance', {}).get('git', '?')}`, {state})"
+
+
+def _claim_row(c: dict, seeds: dict | None, paper: dict | None = None) -> str:
     """One claim as an HTML table row: verdict first, the statement with its numbers one click away."""
     kind = c["kind"] + (" (reconstructed)" if c.get("source") == "reconstruction" else "")
     tally = "—"
@@ -67,18 +81,23 @@ def _claim_row(c: dict, seeds: dict | None) -> str:
     elif c.get("power"):
         discriminates = "could see the effect" if c["power"].get("detects") else "<b>could not</b> see the effect"
     top = 'style="vertical-align:top"'
-    return (f"<tr><td {top}>{badge(status_of(c))}</td><td {top}><code>{escape(c['id'])}</code></td>"
-            f"<td {top}>{kind}</td>"
-            f'<td style="vertical-align:top;width:50%"><details><summary>{escape(c["statement"])}</summary>'
-            f"{details}</details></td><td {top}>{discriminates}</td><td {top}>{tally}</td></tr>")
+    recorded = "—"
+    if paper is not None:
+        mine = next((x for x in paper.get("claims", []) if x.get("id") == c["id"]), None)
+        recorded = badge(status_of(mine)) if mine is not None else "not in the record"
+    return (f"<tr><td {top}>{badge(status_of(c))}</td><td {top}>{recorded}</td>"
+            f"<td {top}><code>{escape(c['id'])}</code></td><td {top}>{kind}</td>"
+            f'<td style="vertical-align:top;width:40%;overflow-wrap:anywhere"><details><summary>'
+            f'{escape(c["statement"])}</summary>{details}</details></td><td {top}>{discriminates}</td>'
+            f"<td {top}>{tally}</td></tr>")
 
 
 def status_markdown(book: Book, profile: str) -> str:
     """Tables of every chapter's runtime, claims (by kind) and environment."""
     from lib.pipeline.seeds import stored_summary
 
-    lines = ["| chapter | runtime (s) | theorems (paper) | theorems (reconstructed) | checks | empirical |",
-             "|---|---:|---:|---:|---:|---:|"]
+    lines = ["| chapter | runtime (s) | theorems (paper) | theorems (reconstructed) | checks | empirical "
+             "| `paper` record |", "|---|---:|---:|---:|---:|---:|---|"]
     sections = []
     envs = set()
     commits: set[str] = set()
@@ -87,23 +106,26 @@ def status_markdown(book: Book, profile: str) -> str:
         prov = doc.get("provenance", {})
         claims = doc.get("claims", [])
         link = f"[{ch.slug}](chapters/{ch.slug}.ipynb)"
+        paper, paper_cell = _paper_record(book, ch)
         if not doc:
-            lines.append(f"| {link} | not run | | | | |")
+            lines.append(f"| {link} | not run | | | | | {paper_cell} |")
             continue
         thm = [c for c in claims if c.get("kind") == "theorem"]
-        paper = [c for c in thm if c.get("source") != "reconstruction"]
+        from_paper = [c for c in thm if c.get("source") != "reconstruction"]
         recon = [c for c in thm if c.get("source") == "reconstruction"]
         checks = [c for c in claims if c.get("kind") == "check"]
         emp = [c for c in claims if c.get("kind") == "empirical"]
-        lines.append(f"| {link} | {prov.get('runtime_s', 0):.0f} | {counts(paper)} | {counts(recon)} | "
-                     f"{counts(checks)} | {counts(emp)} |")
+        lines.append(f"| {link} | {prov.get('runtime_s', 0):.0f} | {counts(from_paper)} | {counts(recon)} | "
+                     f"{counts(checks)} | {counts(emp)} | {paper_cell} |")
         commits.add(prov.get("git", "?"))
         seeds = stored_summary(book, profile, ch)
-        rows = "".join(_claim_row(c, seeds) for c in claims)
-        head = "".join(f"<th>{h}</th>" for h in ("verdict", "claim", "kind", "statement (click for the numbers)",
+        rows = "".join(_claim_row(c, seeds, paper) for c in claims)
+        head = "".join(f"<th>{h}</th>" for h in (f"at `{profile}`", "at `paper` (record)", "claim", "kind",
+                                                   "statement (click for the numbers)",
                                                    "rejects its alternative (theorem) / power (empirical)",
                                                    "over seeds"))
         sections += [f"### {ch.number} · {ch.slug.split('-', 1)[1].replace('-', ' ')}", "",
+                     f"The `paper` record: {paper_cell}.", "",
                      f'<table class="status-claims" style="width:100%;font-size:0.9em"><thead><tr>{head}</tr>'
                      f"</thead><tbody>{rows}</tbody></table>",
                      ""]
@@ -116,7 +138,10 @@ def status_markdown(book: Book, profile: str) -> str:
               "Every theorem claim is also run on a negative control (its mechanism removed), where it must "
               "fail. The empirical column gives each verdict: *reproduced* (a test that could have failed "
               "held), *not reproduced* (it failed where the design could have seen the paper's effect), "
-              "*not tested* (anything else; its power record says why).")
+              "*not tested* (anything else; its power record says why). The last column gives the same "
+              "counts from the chapter's committed `paper` record — for most empirical claims the deciding "
+              "evidence, at the paper's scale where a CPU reaches it — with the record's commit and whether "
+              "it is current for this code (a stale record's numbers are those of the recorded run).")
     return "\n".join([f"Profile: `{profile}`.", "", "## Chapters", "", legend, "", *lines, "", "## Claims", "",
                       *sections, "## Environment", "",
                       "Commit(s): " + ", ".join(f"`{c}`" for c in sorted(commits)), "", *env_rows, ""])
