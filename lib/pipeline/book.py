@@ -22,6 +22,7 @@ from pathlib import Path
 
 from lib.claims import counts, format_value, status_of
 from lib.pipeline import citing, records
+from lib.pipeline import profile as profiles
 from lib.pipeline.chapters import Book, UsageError
 from lib.pipeline.jb_guard import STAGE_MARKER
 from lib.pipeline.runner import stored
@@ -177,6 +178,7 @@ def stage(book: Book, profile: str) -> Path:
     status.write_text(status.read_text().replace(STATUS_MARKER, status_markdown(book, profile)))
     records.stage_pages(book, dest)
     citing.stage_page(book, dest, git_commit(book.root))
+    profiles.stage_page(book, dest)
     return dest
 
 

@@ -40,7 +40,7 @@ import statistics
 import time
 from pathlib import Path
 
-from lib.pipeline.chapters import Book, ChapterSource
+from lib.pipeline.chapters import Book, ChapterSource, UsageError
 from lib.pipeline.runner import EXEC_FAILED, output_dir, resolve, run_many
 from lib.run import PROFILING_ENV
 
@@ -263,3 +263,107 @@ def render(doc: dict, top: int = 10) -> str:
     out.append(f"{'outside sweeps':<44} {'':>6} {'':>6} {outside:>8.2f} {100 * outside / total:>6.1f}")
     out.append(f"{'FLOP probes (extra runs, in the cells above)':<58} {extra:>8.2f} {100 * extra / total:>6.1f}")
     return "\n".join(out)
+
+
+# -- profile records: where each chapter's time goes, committed like the paper records -------------
+RECORDS = "records/profile"
+PAGE_MARKER = "<!-- profile-records -->"
+
+
+def record_path(book: Book, profile: str, chapter: ChapterSource) -> Path:
+    return book.root / "book" / RECORDS / profile / f"{chapter.slug}.json"
+
+
+def write_record(book: Book, chapter: ChapterSource, profile: str) -> Path:
+    """Store the chapter's last profile (``profile.json``) as ``book/records/profile/P/<slug>.json``
+    with the commit and the machine it was measured on; the reproducing page is built from these."""
+    from lib.pipeline.records import machine
+    from lib.provenance import git_commit
+
+    source = profile_dir(book, chapter, profile) / PROFILE
+    if not source.is_file():
+        raise UsageError(f"no profile of {chapter.slug} at {profile}: run `companion profile {chapter.number} "
+                         f"--profile {profile}` first")
+    doc = json.loads(source.read_text())
+    if doc.get("overrides"):
+        raise UsageError(f"the profile of {chapter.slug} ran with -p overrides: a record is of the profile's values")
+    doc.pop("run", None)
+    doc["provenance"] = {"git": git_commit(book.root), "machine": machine()}
+    path = record_path(book, profile, chapter)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    return path
+
+
+def _top_sweeps(doc: dict, share: float = 0.05) -> str:
+    total = doc["runtime_s"] or 1.0
+    rows = []
+    for r in sorted(doc["sweeps"], key=lambda r: -r["seconds"]):
+        if r["seconds"] < share * total:
+            continue
+        if r.get("bound") == "numpy / compiled":
+            rows.append(f"`{r['function'].rsplit('.', 1)[-1]}` {r['seconds']:.0f} s: numpy / compiled")
+        else:
+            rows.append(f"`{r['function'].rsplit('.', 1)[-1]}` {r['seconds']:.0f} s: "
+                        f"{_g(r.get('flops_per_s'))} GFLOP/s, {_pct(r.get('of_peak_1_thread'))} % of one thread's "
+                        f"peak, {r.get('ops') or 0:,} operators per point; {r['bound']}")
+    return "<br>".join(rows) or "no sweep function over 5 % of the run"
+
+
+def records_markdown(book: Book, profile: str = "default") -> str:
+    """The reproducing page's table of where each chapter's time goes, from the profile records."""
+    lines = ["| chapter | run (s) | in sweeps | sweep functions over 5 % of the run: time; matmul rate, share of "
+             "one thread's fp32 peak, torch operators per point; bound | measured |",
+             "|---|---:|---:|---|---|"]
+    machines = set()
+    for ch in book.chapters():
+        path = record_path(book, profile, ch)
+        if not path.is_file():
+            lines.append(f"| {ch.number} | not recorded | | `companion profile {ch.number} --record` | |")
+            continue
+        doc = json.loads(path.read_text())
+        prov = doc.get("provenance", {})
+        swept = sum(r["seconds"] for r in doc["sweeps"]) / (doc["runtime_s"] or 1.0)
+        load = doc["peak"]["before"].get("load"), doc["peak"]["after"].get("load")
+        cpu = prov.get("machine", {}).get("cpu", "?")
+        machines.add(f"{cpu}: {_g(doc['peak']['one_thread_flops_per_s'])} GFLOP/s fp32 and "
+                     f"{_g(doc['peak']['one_thread_float64_flops_per_s'])} fp64 on one thread")
+        lines.append(f"| {ch.number} | {doc['runtime_s']:.0f} | {100 * swept:.0f} % | {_top_sweeps(doc)} | "
+                     f"`{prov.get('git', '?')}`, load {load[0]} → {load[1]} |")
+    tail = ["", "Measured on " + "; ".join(sorted(machines)) + "." if machines else ""]
+    return "\n".join(lines + tail)
+
+
+def stage_page(book: Book, dest: Path) -> None:
+    """Fill the staged reproducing page's generated tables: the paper profiles' parameters and the
+    profile records."""
+    page = dest / "book" / "reproducing.md"
+    if not page.exists():
+        return
+    text = page.read_text()
+    if PAGE_MARKER in text:
+        text = text.replace(PAGE_MARKER, records_markdown(book))
+    if PARAMETERS_MARKER in text:
+        text = text.replace(PARAMETERS_MARKER, paper_parameters_markdown(book))
+    page.write_text(text)
+
+
+PARAMETERS_MARKER = "<!-- paper-parameters -->"
+
+
+def paper_parameters_markdown(book: Book) -> str:
+    """What each chapter's `paper` profile changes from `default` (read from book/params/)."""
+    from lib.pipeline.runner import resolve as resolve_params
+
+    lines = ["| chapter | `default` → `paper` |", "|---|---|"]
+    for ch in book.chapters():
+        default, paper = resolve_params(book, ch, "default", {}), resolve_params(book, ch, "paper", {})
+        changed = [f"`{k}` {_short(default.get(k))} → {_short(v)}" for k, v in paper.items()
+                   if k not in ("out_dir", "profile") and default.get(k) != v]
+        lines.append(f"| {ch.number} | {'; '.join(changed) or 'the `default` values'} |")
+    return "\n".join(lines)
+
+
+def _short(value, limit: int = 60) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
