@@ -49,7 +49,7 @@ def browser():
         b.close()
 
 
-PAGES = ["index.html", "book/status.html", "book/bibliography.html", "book/reproducing.html",
+PAGES = ["index.html", "book/status.html", "book/bibliography.html", "book/reproducing.html", "book/citing.html",
          *[f"book/chapters/{c.slug}.html" for c in CHAPTERS]]
 
 
@@ -115,6 +115,41 @@ def test_status_page_verdicts_are_visible_without_horizontal_scrolling(browser, 
         box = badges.nth(i).bounding_box()
         assert box and 0 <= box["x"] and box["x"] + box["width"] <= 1300, f"verdict {i} is off screen: {box}"
     page.close()
+
+
+#: Finds, in the page's main column, every element that runs past the column's right edge (and is
+#: not inside a box that scrolls), and every table cell whose text runs two decimals together.
+_WIDTH_PROBE = """() => {
+  const main = document.querySelector('main') || document.body;
+  const right = main.getBoundingClientRect().right + 1;
+  const scrolls = el => { for (let e = el.parentElement; e && e !== main; e = e.parentElement) {
+      const o = getComputedStyle(e).overflowX; if (o === 'auto' || o === 'scroll') return true; } return false; };
+  const wide = [];
+  for (const el of main.querySelectorAll('pre, table, td, th, img, svg, div.highlight, code')) {
+    const box = el.getBoundingClientRect();
+    if (box.width > 0 && box.right > right && !scrolls(el))
+      wide.push(el.tagName + ': ' + (el.innerText || '').slice(0, 60));
+  }
+  const runTogether = [];
+  for (const td of main.querySelectorAll('td')) {
+    // 0.000950.0787, not a version such as 2.13.0
+    if (/\\d\\.\\d{3,}\\.\\d/.test(td.innerText)) runTogether.push(td.innerText.slice(0, 80));
+  }
+  return {wide, runTogether};
+}"""
+
+
+@pytest.mark.parametrize("page_path", ["book/reproducing.html", "book/citing.html", "book/status.html",
+                                       *[f"book/chapters/{c.slug}.html" for c in CHAPTERS]])
+def test_pages_fit_a_laptop_screen(browser, server, page_path):
+    """At 1280 px every code block, table and figure fits its column (or scrolls in its own box),
+    and no table cell runs two numbers together."""
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(urljoin(server, page_path), wait_until="load")
+    found = page.evaluate(_WIDTH_PROBE)
+    page.close()
+    assert not found["wide"], f"{page_path}: wider than the column at 1280 px: {found['wide'][:5]}"
+    assert not found["runTogether"], f"{page_path}: numbers run together: {found['runTogether'][:5]}"
 
 
 @pytest.mark.parametrize("ch", CHAPTERS, ids=lambda c: c.number)

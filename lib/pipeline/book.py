@@ -157,6 +157,8 @@ def stage(book: Book, profile: str) -> Path:
     dest.mkdir(parents=True)
     for name in ("_config.yml", "_toc.yml"):
         shutil.copyfile(book.root / name, dest / name)
+    if (book.root / "_static").is_dir():  # the book's own CSS (code that wraps, tables that scroll)
+        shutil.copytree(book.root / "_static", dest / "_static")
     publish_settings(dest / "_config.yml", os.environ.get(REPOSITORY_ENV, ""))
     shutil.copytree(book.root / "book", dest / "book",
                     ignore=shutil.ignore_patterns("params", "*.ipynb", ".ipynb_checkpoints"))
