@@ -11,16 +11,25 @@
 ``Chapter`` reads the parameters from the notebook namespace (the literals defined by the
 ``parameters`` cell and papermill's injected cell), applies the house plot style, seeds
 numpy's and torch's global generators from ``seed`` (through :mod:`lib.seeding`) and sets torch's thread count.
+
+Under plain papermill or Jupyter it first applies the checks `companion run` applies: every
+declared parameter's type, constraint and rules (:mod:`lib.parameters`), the profile the values
+must carry, and the output rule (:mod:`lib.outputs`) for ``out_dir``. The run then writes into
+a temporary folder beside ``out_dir``, and :meth:`Chapter.save` puts the finished result in
+place, so a run that fails leaves ``out_dir`` as it was.
 """
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
+import shutil
 from pathlib import Path
 
 from lib import plotting, run, seeding
 from lib.claims import Claims
-from lib.outputs import check_output, mark
+from lib.outputs import CommitError, UnsafeOutput, check_output, commit, left_in_place, mark, staging_folder
 from lib.provenance import Stopwatch, summary
 
 PROFILES = ("quick", "default", "paper")
@@ -36,38 +45,75 @@ def notebook_parameters(namespace: dict) -> dict:
             if not k.startswith("_") and k not in _IPYTHON_NAMES and isinstance(v, _LITERAL)}
 
 
-#: The folder of the chapter notebooks: a relative ``out_dir`` is relative to it, wherever the
-#: notebook is run from (Jupyter starts there; papermill starts wherever it is called).
+#: The folder of the chapter notebooks (the default ``out_dir`` is relative to it).
 CHAPTER_DIR = Path(__file__).resolve().parents[1] / "book" / "chapters"
 
 
-def resolve_out_dir(out_dir: str | None, slug: str) -> Path:
-    """Where a chapter writes: an absolute ``out_dir`` as given, a relative one under the chapter
-    folder (the notebooks' default ``../../_build/runs/jupyter/<slug>`` is the repository's
-    ``_build``), and without one the repository's ``_build/runs/jupyter/<slug>``."""
-    if not out_dir:
+class RunRefused(ValueError):
+    """A chapter run refused before any work (a bad value, an output folder it may not use):
+    one line where the notebook is read, not a traceback."""
+
+    def _render_traceback_(self) -> list[str]:  # IPython shows this instead of the traceback
+        return [f"{type(self).__name__}: {self}"]
+
+
+def declared_parameters(slug: str) -> dict:
+    """The parameters the chapter's notebook declares (lib.parameters), or {} without one."""
+    from lib.parameters import parameters_of
+
+    path = CHAPTER_DIR / f"{slug}.ipynb"
+    return parameters_of(path) if path.is_file() else {}
+
+
+def check_parameters(declared: dict, values: dict) -> None:
+    """The values of the declared parameters, checked as `companion run` checks them (types,
+    constraints, the rules between parameters); RunRefused with one line if one is bad."""
+    from lib.parameters import UsageError, check_rules
+
+    try:
+        checked = {name: declared[name].check(values[name]) for name in declared if name in values}
+        check_rules(declared, {**{n: p.default for n, p in declared.items()}, **checked})
+    except UsageError as exc:
+        raise RunRefused(str(exc)) from None
+
+
+def resolve_out_dir(out_dir: str | None, slug: str, default: str | None = None) -> Path:
+    """Where a chapter writes: an absolute ``out_dir`` as given, a relative one from the working
+    folder (papermill's ``cwd``; Jupyter's is the notebook's folder), the notebook's own default
+    (``../../_build/runs/jupyter/<slug>``) in the repository's ``_build`` wherever the run
+    starts, and without the parameter the repository's ``_build/runs/jupyter/<slug>``. ``""``
+    is refused: it names the current folder."""
+    if out_dir is None:
         return CHAPTER_DIR.parents[1] / "_build" / "runs" / "jupyter" / slug
+    if not isinstance(out_dir, str) or not out_dir.strip():
+        raise RunRefused(f"out_dir {out_dir!r} names no folder (an empty path is the current folder): give a new one")
     path = Path(out_dir).expanduser()
-    return path if path.is_absolute() else (CHAPTER_DIR / path).resolve()
+    if path.is_absolute():
+        return path
+    if default is not None and out_dir == default:
+        return (CHAPTER_DIR / path).resolve()
+    return Path.cwd() / path
 
 
 def run_profile(slug: str, parameters: dict) -> str:
-    """The profile this run really is: the runner's, or under plain papermill a ``profile``
-    parameter (``-p profile quick``) whose values the run must carry (papermill does not apply
-    them), else ``default``. ``parameters`` loses its ``profile`` entry."""
+    """The profile this run really is: the runner's, or under plain papermill the ``profile``
+    parameter (``companion params CH --profile P`` writes it), whose values the run must carry
+    (papermill does not apply them), else ``default``. ``parameters`` loses its ``profile``
+    entry."""
     given = parameters.pop("profile", None)
     if (context := run.current()) is not None:
         return context.profile
     if given is None:
-        return "default"
+        given = "default"
     if given not in PROFILES:
-        raise ValueError(f"profile {given!r}: expected one of {', '.join(PROFILES)}")
+        raise RunRefused(f"profile {given!r}: expected one of {', '.join(PROFILES)}")
     import yaml
 
-    table = yaml.safe_load((CHAPTER_DIR.parent / "params" / f"{given}.yaml").read_text()) or {}
+    table_path = CHAPTER_DIR.parent / "params" / f"{given}.yaml"
+    table = (yaml.safe_load(table_path.read_text()) or {}) if table_path.is_file() else {}
     for name, value in (table.get(slug) or {}).items():
         if parameters.get(name) != value:
-            raise ValueError(f"profile {given!r} sets {name} to {value!r}, this run has {parameters.get(name)!r}: "
+            raise RunRefused(f"profile {given!r} sets {name} to {value!r}, this run has {parameters.get(name)!r}: "
                              f"plain papermill does not apply a profile; run `companion params {slug[:2]} "
                              f"--profile {given} > p.yaml` and pass `-f p.yaml`")
     return given
@@ -77,15 +123,31 @@ class Chapter:
     def __init__(self, slug: str, namespace: dict):
         self.slug = slug
         self.parameters = notebook_parameters(namespace)
+        self.runner = run.current() is not None  # the runner checked the values and out_dir
+        declared = {} if self.runner else declared_parameters(slug)
+        if not self.runner:  # plain papermill or Jupyter: the checks of `companion run`
+            check_parameters(declared, self.parameters)
         self.profile = run_profile(slug, self.parameters)
         if "seed" not in self.parameters or not isinstance(self.parameters["seed"], int):
             raise ValueError("a chapter's parameters cell must define an integer `seed`")
         self.seed = self.parameters["seed"]
-        self.out_dir = resolve_out_dir(self.parameters.get("out_dir"), slug)
-        self.runner = run.current() is not None  # the runner checked and marked out_dir
-        if not self.runner:  # plain papermill or Jupyter: the same rule as `companion run --out`
-            check_output(self.out_dir, slug, root=CHAPTER_DIR.parents[1])
+        self._final = None  # plain papermill or Jupyter: where save() puts the finished result
+        if self.runner:
+            self.out_dir = Path(self.parameters.get("out_dir") or ".").resolve()
+        else:  # the output rule of `companion run --out`; the result goes in place at save()
+            default = declared["out_dir"].default if "out_dir" in declared else None
+            final = resolve_out_dir(self.parameters.get("out_dir"), slug, default)
+            try:
+                self._final = check_output(final, slug, root=CHAPTER_DIR.parents[1])
+            except UnsafeOutput as exc:
+                raise RunRefused(str(exc)) from None
+            self.out_dir = staging_folder(self._final)
+            if self.out_dir.exists():
+                shutil.rmtree(self.out_dir)  # this process's name: an earlier failure in this kernel
             mark(self.out_dir)
+            # a run that fails before save() leaves nothing half-done, in out_dir or beside it
+            self._discard = functools.partial(shutil.rmtree, self.out_dir, True)
+            atexit.register(self._discard)
         self.claims = Claims(slug, self.profile)
         self.stopwatch = Stopwatch()
         plotting.use_style()
@@ -139,6 +201,16 @@ class Chapter:
         outside the runner (which writes the full provenance) what provenance the notebook knows."""
         path = self.claims.save(self.out_dir, metrics, self.parameters,
                                 None if self.runner else self._provenance_outside_runner())
+        if self._final is not None:  # plain papermill or Jupyter: the finished result goes in place
+            try:
+                left = commit(self.out_dir, self._final, self.slug, CHAPTER_DIR.parents[1])
+            except CommitError as exc:
+                atexit.unregister(self._discard)  # the finished result is kept where the message says
+                raise RunRefused(str(exc)) from None
+            self.out_dir, self._final = self._final, None
+            path = self.out_dir / path.name
+            if left:
+                print(left_in_place(self.out_dir, left))
         failed = [c.id for c in self.claims.failed]
         if failed:  # the runner reports these too; say it where the notebook is read
             print(f"claims that do NOT hold: {', '.join(failed)}")

@@ -1,10 +1,13 @@
 """Execute a chapter with papermill: cache, atomic outputs, provenance.
 
 A run writes ``<out>/``: the executed notebook ``<slug>.ipynb``, ``figures/``,
-``results.json`` and a marker file. It writes only where :func:`lib.outputs.check_output`
-allows (a new or empty folder, or one an earlier run of the chapter wrote), executes in a
-temporary sibling folder and is moved into place only when complete, so a failed or killed run
-never leaves a half-written result. Two runs into one folder take turns (a lock beside it).
+``results.json`` and a marker file holding the run's manifest (each file's digest). It writes
+only where :func:`lib.outputs.check_output` allows (a new or empty folder, or one an earlier run
+of the chapter wrote; checked before any work, with what the final move needs), executes in a
+temporary sibling folder and is put into place by :func:`lib.outputs.commit` only when
+complete, so a failed or killed run never leaves a half-written result, and a user's file in the
+folder is never replaced. Two runs into one folder take turns (a lock beside it). A cached run
+counts only while its folder still matches its manifest.
 
 The cache key hashes the notebook's cells, the resolved parameters, the pinned environment and
 the contents of the ``lib/`` and ``kernels/`` source files the chapter actually imported. Those
@@ -30,7 +33,7 @@ from pathlib import Path
 
 from lib import results
 from lib.claims import failing
-from lib.outputs import MARKER, UnsafeOutput, check_output, mark
+from lib.outputs import MARKER, CommitError, UnsafeOutput, check_output, commit, left_in_place, mark, verify
 from lib.pipeline.chapters import Book, ChapterSource, UsageError
 from lib.run import RunContext
 from lib.provenance import environment, git_commit
@@ -110,6 +113,8 @@ def is_fresh(book: Book, chapter: ChapterSource, params: dict, out_dir: Path) ->
     """Whether ``out_dir`` holds a complete run with the same cache key."""
     doc = stored(out_dir)
     if not doc:
+        return False, None
+    if not verify(out_dir):  # results.json edited, figures or notebook gone: not the run's result
         return False, None
     prov = doc.get("provenance", {})
     deps = prov.get("deps")
@@ -325,13 +330,15 @@ def _execute(book: Book, chapter: ChapterSource, profile: str, params: dict, out
                          "deps": deps, "sweeps": summary["sweeps"]}
     results.write(tmp, doc)
 
-    # Move into place: the old result (if any; checked to be a run's) goes only once the new one
-    # is complete.
-    trash = out_dir.parent / f".old-{out_dir.name}-{os.getpid()}"
-    if out_dir.exists():
-        os.replace(out_dir, trash)
-    os.replace(tmp, out_dir)
-    shutil.rmtree(trash, ignore_errors=True)
+    # Into place (lib.outputs.commit): a new folder is the finished one renamed; into an existing
+    # folder only the files of the earlier run's manifest that still match are replaced, and
+    # anything else is left and named. A result that cannot go in place is kept and said where.
+    try:
+        left = commit(tmp, out_dir, chapter.slug, book.root)
+    except CommitError as exc:
+        return RunResult(chapter, profile, out_dir, "failed", EXEC_FAILED, runtime, doc, str(exc))
+    if left:
+        print(left_in_place(out_dir, left), file=sys.stderr, flush=True)
     return RunResult(chapter, profile, out_dir, "ran", _exit_code(doc), runtime, doc)
 
 
