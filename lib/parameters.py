@@ -26,6 +26,7 @@ parameter line whose comment has one) and no ``:`` (the help text starts after t
 from __future__ import annotations
 
 import ast
+import contextlib
 import io
 import json
 import math
@@ -79,7 +80,10 @@ class _NoAliasLoader(yaml.SafeLoader):
 
 
 def load_yaml(text: str) -> Any:
-    """A YAML value that may not use aliases (UsageError if it does)."""
+    """A YAML value that may not use aliases (UsageError if it does); JSON (YAML's flow
+    subset, read in C) first."""
+    with contextlib.suppress(ValueError, RecursionError):
+        return json.loads(text)
     try:
         return yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as exc:
