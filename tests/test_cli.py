@@ -287,10 +287,10 @@ def test_seeds_tallies_every_claim_over_seeds(project):
     assert summary["seeds"] == [0, 1, 2, 7]
     assert summary["claims"] == [
         {"id": "mean", "kind": "theorem", "held": 4, "failed": 0, "skipped": 0, "not_run": 0, "failed_seeds": [],
-         "verdicts": {}},
+         "verdicts": {}, "statuses": {"holds": [0, 1, 2, 7]}},
         {"id": "n-positive", "kind": "check", "held": 4, "failed": 0, "skipped": 0, "not_run": 0,
-         "failed_seeds": [], "verdicts": {}}]
-    assert "held 4/4" in out.stdout
+         "failed_seeds": [], "verdicts": {}, "statuses": {"holds": [0, 1, 2, 7]}}]
+    assert "holds 4/4" in out.stdout and "summary.json" in out.stdout.splitlines()[-1]
     # each seed is an ordinary cached run with its own seed
     seed7 = json.loads((project / "_build" / "seeds" / "quick" / "99-fixture" / "seed-7" / "results.json").read_text())
     assert seed7["parameters"]["seed"] == 7
@@ -305,7 +305,7 @@ def test_seeds_exits_2_and_names_the_seed_a_claim_failed_on(project):
     summary = json.loads((project / "_build" / "seeds" / "quick" / "99-fixture" / "summary.json").read_text())
     mean = next(c for c in summary["claims"] if c["id"] == "mean")
     assert (mean["held"], mean["failed"], mean["failed_seeds"]) == (2, 1, [1])
-    assert "failed on seeds [1]" in out.stdout
+    assert "holds 2/3 (seeds [0, 2]), FAILS 1/3 (seeds [1])" in out.stdout
 
 
 def _log_lines(path: Path) -> list[str]:
@@ -372,3 +372,15 @@ def test_seeds_tallies_an_empirical_claim_by_verdict_not_as_held():
     claims = {c["id"]: c for c in summarise("99-fixture", "default", [0, 1, 2, 3], results)["claims"]}
     assert claims["finding"]["verdicts"] == {"reproduced": [0, 2], "not tested": [1], "not reproduced": [3]}
     assert claims["bound"]["verdicts"] == {} and claims["bound"]["held"] == 4
+
+
+def test_seeds_names_skipped_and_declared_claims_in_words():
+    from lib.pipeline.seeds import claim_line, summarise
+
+    results = {s: {"claims": [{"id": "later", "kind": "theorem", "holds": None},
+                              {"id": "contra", "kind": "theorem", "holds": False, "declared": "contradicted"}]}
+               for s in (0, 1)}
+    claims = {c["id"]: c for c in summarise("99-fixture", "quick", [0, 1], results)["claims"]}
+    assert claim_line(claims["later"], [0, 1], "quick") == "skipped at quick on every seed"
+    assert claim_line(claims["contra"], [0, 1], "quick") == "fails (declared) 2/2"
+    assert claims["contra"]["failed"] == 0  # a declared failure does not fail the sweep

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lib.claims import MUST_HOLD
+from lib.claims import MUST_HOLD, SKIPPED, failing, status_of
 from lib.pipeline.chapters import Book, ChapterSource, UsageError
 from lib.pipeline.runner import RunResult, run_tasks
 
@@ -63,29 +63,36 @@ def summarise(chapter: str, profile: str, seeds: list[int], results: dict[int, R
     order: list[str] = []
     kinds: dict[str, str] = {}
     outcome: dict[str, dict[int, bool | None]] = {}  # absent: not recorded on that seed
+    failing_on: dict[str, set[int]] = {}  # seeds on which the claim fails the run (lib.claims.failing)
     verdicts: dict[str, dict[str, list[int]]] = {}
+    statuses: dict[str, dict[str, list[int]]] = {}
     for seed in seeds:
-        for c in results.get(seed, {}).get("claims", []):
+        stored = results.get(seed, {}).get("claims", [])
+        for c in failing(stored):
+            failing_on.setdefault(c["id"], set()).add(seed)
+        for c in stored:
             if c["id"] not in kinds:
                 order.append(c["id"])
                 kinds[c["id"]] = c["kind"]
             outcome.setdefault(c["id"], {})[seed] = c.get("holds")
+            statuses.setdefault(c["id"], {}).setdefault(status_of(c), []).append(seed)
             if c.get("verdict"):
                 verdicts.setdefault(c["id"], {}).setdefault(c["verdict"], []).append(seed)
     claims = []
     for cid in order:
         got = outcome[cid]
-        failed = [s for s in seeds if got.get(s) is False]
+        failed = sorted(failing_on.get(cid, ()))
         claims.append({"id": cid, "kind": kinds[cid], "held": sum(got.get(s) is True for s in seeds),
                        "failed": len(failed), "skipped": sum(s in got and got[s] is None for s in seeds),
                        "not_run": sum(s not in got for s in seeds), "failed_seeds": failed,
-                       "verdicts": verdicts.get(cid, {})})
+                       "verdicts": verdicts.get(cid, {}), "statuses": statuses.get(cid, {})})
     return {"chapter": chapter, "profile": profile, "seeds": seeds, "claims": claims}
 
 
 def all_held(summary: dict, executed: bool = True) -> bool:
-    """Every evaluated theorem and check claim held on every seed, and every seed ran (a claim
-    its profile skips is not a failure)."""
+    """Every evaluated theorem and check claim came out as its chapter declares on every seed
+    (held, or failed where declared), and every seed ran (a claim its profile skips is not a
+    failure)."""
     return executed and all(c["failed"] == 0 and c["not_run"] == 0
                             for c in summary["claims"] if c["kind"] in MUST_HOLD)
 
@@ -111,3 +118,24 @@ def run_seeds(book: Book, chapters: list[ChapterSource], seeds: list[int], profi
 def stored_summary(book: Book, profile: str, chapter: ChapterSource) -> dict | None:
     path = seeds_dir(book, profile, chapter) / "summary.json"
     return json.loads(path.read_text()) if path.exists() else None
+
+
+def claim_line(claim: dict, seeds: list[int], profile: str) -> str:
+    """One claim's tally over seeds in words: 'holds 10/10', 'fails (declared) 10/10',
+    'reproduced 7/10 (seeds …), not tested 3/10', 'skipped at quick on every seed'."""
+    statuses = claim.get("statuses") or {}
+    if not statuses:  # a summary written before statuses were stored
+        statuses = {"holds": [None] * claim["held"], "FAILS": claim["failed_seeds"]}
+    evaluated = {w: got for w, got in statuses.items() if w != SKIPPED}
+    n = sum(len(got) for got in evaluated.values())
+    if not evaluated:
+        return f"skipped at {profile} on every seed"
+    words = []
+    for word, got in sorted(evaluated.items(), key=lambda kv: -len(kv[1])):
+        words.append(f"{word} {len(got)}/{n}" + (f" (seeds {got})" if len(got) < n and None not in got else ""))
+    line = ", ".join(words)
+    if claim.get("skipped"):
+        line += f"; skipped at {profile} on {claim['skipped']} of {len(seeds)} seeds"
+    if claim.get("not_run"):
+        line += f"; not run on {claim['not_run']} seeds"
+    return line
