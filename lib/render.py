@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from html import escape
 
-from lib.claims import (CONTROL_PASSES, DECLARED_FAILS, FAILS, HOLDS, NOT_REPRODUCED, NOT_TESTED, REPRODUCED,
+from lib.verdicts import (CONTROL_PASSES, DECLARED_FAILS, FAILS, HOLDS, NOT_REPRODUCED, NOT_TESTED, REPRODUCED,
                         SKIPPED, UNEXPECTED_PASS, format_value, status_of)
 
 BADGE_COLOURS = {HOLDS: "#1b7837", REPRODUCED: "#1b7837", FAILS: "#b2182b", UNEXPECTED_PASS: "#b2182b",

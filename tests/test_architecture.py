@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 #: Notebook-facing helpers and small shared building blocks any paper module may import.
 SHARED = {"lib.chapter", "lib.claims", "lib.outputs", "lib.results", "lib.run", "lib.plotting", "lib.sweep",
           "lib.parameters", "lib.stats", "lib.seeding", "lib.provenance", "lib.llama", "lib.pcfg", "lib.population",
-          "lib.digests", "lib.profiling", "lib.render"}
+          "lib.digests", "lib.profiling", "lib.render", "lib.verdicts"}
 PIPELINE = "lib.pipeline"
 
 
@@ -87,3 +87,45 @@ def test_the_checker_sees_a_violation(tmp_path):
     bad.write_text("from lib.tmc import softmax\nimport lib.pipeline.runner\n")
     assert {"lib.tmc", "lib.tmc.softmax", "lib.pipeline.runner"} <= imports(bad)
     assert paper_of("lib.tmc.softmax") == "lib.tmc" and paper_of("lib.stats") is None
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Module → the lib/kernels modules it imports (function-level imports included), each import
+    of a name resolved to the module that defines it where that is a module of ours."""
+    files = sources("lib", "kernels")
+    names = {module_name(p) for p in files}
+    graph = {}
+    for p in files:
+        me = module_name(p)
+        targets = set()
+        for m in imports(p):
+            while m and m not in names:
+                m = m.rpartition(".")[0]  # `from lib.x import f` → lib.x
+            if m and m != me and not (me.startswith(m + ".") and p.name == "__init__.py"):
+                targets.add(m)
+        graph[me] = targets
+    return graph
+
+
+def test_no_import_cycles():
+    """No module reaches itself through imports (a package's __init__ re-exporting its own
+    submodules is not a cycle of modules). Found by depth-first search, reporting each cycle."""
+    graph = _module_graph()
+    cycles, state = [], {}
+
+    def visit(node, path):
+        state[node] = "open"
+        for nxt in sorted(graph.get(node, ())):
+            if nxt.startswith(node + ".") or node.startswith(nxt + ".") and graph.get(nxt) is not None \
+                    and (ROOT / nxt.replace(".", "/") / "__init__.py").exists():
+                continue  # a package and its own submodules
+            if state.get(nxt) == "open":
+                cycles.append(" → ".join(path[path.index(nxt):] + [nxt]))
+            elif nxt not in state:
+                visit(nxt, path + [nxt])
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)
