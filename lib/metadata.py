@@ -402,3 +402,195 @@ def train_point(reps, seed: int = 0, *, dms, root: int, grammar: Grammar, eval_s
             runs.append({"rep": rep, "dm": dm, "hist": hist, "masked": masked, "given": given, "probes": probes,
                          "grammatical_true": ok_true, "grammatical_any": ok_any})
     return {"runs": runs}
+
+
+# -- comparisons between arms: the chapter's decision rules and their power ---------------------------------
+
+def claim_rate(n_claims: int, budget: float = 1e-3) -> float:
+    """Each statistical claim's false-alarm rate when ``n_claims`` of them share a chapter's ``budget`` per
+    run (Bonferroni: the chance that any of them errs by chance is at most the sum of their rates)."""
+    if n_claims < 1:
+        raise ValueError("at least one statistical claim shares the budget")
+    return budget / n_claims
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One claim's one-sided t-tests over seeds (:func:`lib.stats.seed_test` of paired differences), each
+    in its own ``direction`` (+1: the claim needs the mean above 0; −1: below 0), combined by ``rule``:
+
+    - ``"all"``: the claim holds when *every* test is significant in its direction. An intersection-union
+      test: each test runs at the claim's whole ``rate`` and the claim errs (holds where some effect is
+      absent) with probability at most ``rate``; each test's ``mde`` is at power ``1 − 0.2 / k`` so that
+      the k tests all detect their effects together with probability at least 0.8.
+    - ``"none"``: the claim holds when *no* test is significant. It errs (fails where no effect is
+      present) with probability at most ``rate``, each test at ``rate / k`` (Bonferroni); ``mde`` at 0.8.
+    """
+
+    tests: dict
+    directions: dict
+    rule: str
+    rate: float
+
+    @property
+    def holds(self) -> bool:
+        hits = [self.significant(k) for k in self.tests]
+        return all(hits) if self.rule == "all" else not any(hits)
+
+    def significant(self, key: str) -> bool:
+        t = self.tests[key]
+        return t.above() if self.directions[key] > 0 else t.below()
+
+    @property
+    def per_test_rate(self) -> float:
+        return self.rate if self.rule == "all" else self.rate / len(self.tests)
+
+    def means(self) -> dict:
+        return {k: t.mean for k, t in self.tests.items()}
+
+    def tolerance(self) -> str:
+        """The rule in words, with its degrees of freedom and per-test rate."""
+        n = next(iter(self.tests.values())).n
+        groups = {side: [k for k, d in self.directions.items() if d == sign]
+                  for sign, side in ((1, "t > t_crit"), (-1, "t < −t_crit"))}
+        groups = {side: keys for side, keys in groups.items() if keys}
+        each = (next(iter(groups)) if len(groups) == 1
+                else "in its direction (" + "; ".join(f"{s} for {', '.join(k)}" for s, k in groups.items()) + ")")
+        if self.rule == "all":
+            return f"every test {each} ({n - 1} degrees of freedom, {self.per_test_rate:.1e} each; all must hold)"
+        return f"no test {each} ({n - 1} degrees of freedom, {self.per_test_rate:.1e} each, Bonferroni)"
+
+    def power(self, effects: dict, ceilings: dict | None = None) -> dict:
+        """The design's numbers for :class:`lib.claims.Power`: of the test that binds (the largest of
+        mde/effect and effect/ceiling), its ``detectable`` (mde), ``effect`` and ``ceiling`` (None: no
+        bound), and every test's numbers under ``per_test``. detectable ≤ effect ≤ ceiling for the binding
+        test holds exactly when it holds for every test."""
+        ceilings = ceilings or {}
+
+        def strain(k):
+            c = ceilings.get(k)
+            over = self.tests[k].mde / effects[k] if effects[k] > 0 else math.inf
+            return max(over, effects[k] / c if c else (math.inf if c == 0 else 0.0))
+
+        key = max(self.tests, key=strain)
+        per_test = {k: {"detectable": self.tests[k].mde, "effect": effects[k], "ceiling": ceilings.get(k)}
+                    for k in self.tests}
+        return {"key": key, "detectable": self.tests[key].mde, "effect": float(effects[key]),
+                "ceiling": None if ceilings.get(key) is None else max(0.0, float(ceilings[key])),
+                "per_test": per_test}
+
+
+def compare(differences: dict, directions, rule: str, rate: float) -> Comparison:
+    """:class:`Comparison` of per-seed paired differences ``{key: (n_seeds,)}``; ``directions`` one
+    int for all keys or one per key."""
+    from lib.stats import seed_test
+
+    if rule not in ("all", "none"):
+        raise ValueError(f"rule must be 'all' or 'none', got {rule!r}")
+    if not differences:
+        raise ValueError("a comparison needs at least one test")
+    if isinstance(directions, int):
+        directions = {k: directions for k in differences}
+    if set(directions) != set(differences) or any(d not in (-1, 1) for d in directions.values()):
+        raise ValueError("every test needs a direction, +1 or −1")
+    k = len(differences)
+    alpha = rate if rule == "all" else rate / k
+    power = 1 - 0.2 / k if rule == "all" else 0.8
+    tests = {key: seed_test(v, alpha, power=power) for key, v in differences.items()}
+    return Comparison(tests, dict(directions), rule, rate)
+
+
+def majority_baseline(labels: np.ndarray, train_idx, test_idx) -> float:
+    """The accuracy on the test side of always predicting the training side's most frequent label: what a
+    probe that reads nothing from the hidden state reaches (ties go to the smaller label)."""
+    train_labels = np.asarray(labels)[np.asarray(train_idx)]
+    values, counts = np.unique(train_labels, return_counts=True)
+    return float(np.mean(np.asarray(labels)[np.asarray(test_idx)] == values[np.argmax(counts)]))
+
+
+def readable(accuracy: np.ndarray, majority: np.ndarray, ceiling: np.ndarray) -> np.ndarray:
+    """Which (level, position) probes read the latent level at all: those whose accuracy, averaged over
+    every arm and seed (``accuracy``: ``(arms, levels, positions, seeds)``), is above the majority
+    baseline, where the Bayes ceiling is above it too. Selected on the arms' mean, so the selection
+    favours no arm over another."""
+    mean = np.asarray(accuracy, dtype=float).mean(axis=(0, -1))
+    return (mean > majority) & (np.asarray(ceiling) > majority)
+
+
+def claim_power(comparison: Comparison, effects: dict, ceilings: dict | None, *, unit: str, what: str,
+                ceiling_is: str, excess: float):
+    """The :class:`lib.claims.Power` of a :class:`Comparison`: its binding test's detectable effect at the
+    claim's rate, the effect it must see and the design's ceiling (``ceiling_is`` says what bounds it),
+    in one sentence that also gives the baseline's excess over the Bayes loss (``excess``, nats per
+    token); ``value`` holds every test's numbers."""
+    from lib.claims import Power
+
+    p = comparison.power(effects, ceilings)
+    n = next(iter(comparison.tests.values())).n
+    bound = (f"a difference of any size ({ceiling_is})" if p["ceiling"] is None
+             else f"at most {p['ceiling']:.4f} {unit} ({ceiling_is})")
+    return Power(f"{what}; paired over {n} seeds, the binding test ({p['key']}) detects {p['detectable']:.4f} "
+                 f"{unit} at its false-alarm rate against an effect of {p['effect']:.4f} {unit} to see, and the "
+                 f"design can show {bound}; the baseline is {excess:.3f} nats per token above the "
+                 "Bayes loss.", detectable=p["detectable"], effect=p["effect"], ceiling=p["ceiling"],
+                 value=p["per_test"])
+
+
+def probe_scores(predictions: np.ndarray, truth: np.ndarray, posterior: np.ndarray, ceiling: float):
+    """A probe's accuracy on its test strings and the z-score of its excess over the Bayes ceiling:
+    ``posterior[i]`` is the Bayes posterior over the level's values for test string ``i``, so each
+    prediction is right with probability ``q_i = posterior[i, prediction]`` and the accuracy's standard
+    error is ``sqrt(Σ q_i (1 − q_i)) / n`` (z = 0 where every prediction is certain and the accuracy does
+    not exceed the ceiling, +inf where it does)."""
+    predictions = np.asarray(predictions)
+    accuracy = float(np.mean(predictions == np.asarray(truth)))
+    q = np.asarray(posterior)[np.arange(len(predictions)), predictions]
+    se = float(np.sqrt(np.sum(q * (1 - q))) / len(predictions))
+    over = accuracy - ceiling
+    if se > 0:
+        return accuracy, over / se
+    return accuracy, (0.0 if over <= 1e-12 else math.inf)
+
+
+@dataclass(frozen=True)
+class Equivalence:
+    """Two one-sided t-tests per row (TOST) that a per-seed deviation stays within ``±tolerance``:
+    ``mean`` and ``se`` per row over the seeds, ``crit`` the one-sided critical value at ``rate``. The
+    claim holds when every row's ``|mean| + crit · se < tolerance`` (an intersection-union test: it errs,
+    holding where some row's true deviation reaches the tolerance, with probability at most ``rate``).
+    ``needed``: per row, the tolerance the test needs to confirm a true deviation of 0 with probability
+    about 0.8 (``(crit + t_0.9) · se``, both sides at once)."""
+
+    mean: np.ndarray
+    se: np.ndarray
+    crit: float
+    needed: np.ndarray
+    tolerance: float
+    rate: float
+    n: int
+
+    @property
+    def holds(self) -> bool:
+        return bool(np.all(np.abs(self.mean) + self.crit * self.se < self.tolerance))
+
+    @property
+    def bound(self) -> float:
+        """The largest ``|mean| + crit · se`` over the rows: the deviation the test rules out."""
+        return float(np.max(np.abs(self.mean) + self.crit * self.se))
+
+    def tolerance_text(self) -> str:
+        return (f"every row |mean| + t_crit · se < {self.tolerance:g} ({self.n - 1} degrees of freedom, "
+                f"{self.rate:.1e} each side; all must hold)")
+
+
+def equivalence(deviations: np.ndarray, tolerance: float, rate: float) -> Equivalence:
+    """:class:`Equivalence` of ``deviations`` ``(rows, seeds)`` (at least two seeds)."""
+    from scipy import stats
+
+    d = np.asarray(deviations, dtype=float)
+    if d.ndim != 2 or d.shape[1] < 2:
+        raise ValueError("deviations must be (rows, seeds) with at least two seeds")
+    n = d.shape[1]
+    mean, se = d.mean(1), d.std(1, ddof=1) / np.sqrt(n)
+    crit = float(stats.t.isf(rate, n - 1))
+    return Equivalence(mean, se, crit, (crit + float(stats.t.isf(0.1, n - 1))) * se, float(tolerance), rate, n)

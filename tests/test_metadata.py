@@ -71,3 +71,95 @@ def test_training_learns_and_bench_reports_both_ways(lang):
     r = M.bench(lang, dms=(0, 1), reps=(0,), steps=3, batch=4, root=0, d_model=16, n_layers=1, n_heads=2)
     assert r["members"] == 2 and r["sequential_s"] > 0 and r["population_s"] > 0
     assert r["max_parameter_difference"] < 1e-4
+
+
+def test_claim_rate_shares_the_budget():
+    assert M.claim_rate(7) * 7 == pytest.approx(1e-3)
+    with pytest.raises(ValueError):
+        M.claim_rate(0)
+
+
+def test_an_all_comparison_holds_only_when_every_test_is_significant_in_its_direction():
+    rng = np.random.default_rng(0)
+    strong = 1.0 + 0.01 * rng.standard_normal(20)
+    noise = 0.01 * rng.standard_normal(20)
+    c = M.compare({"a": strong, "b": -strong}, {"a": 1, "b": -1}, "all", 1e-4)
+    assert c.holds and c.per_test_rate == 1e-4
+    assert not M.compare({"a": strong, "b": noise}, 1, "all", 1e-4).holds
+    assert not M.compare({"a": strong, "b": -strong}, 1, "all", 1e-4).holds  # b goes the wrong way
+    # each test's detectable effect is at power 1 − 0.2/k, so larger than the single test's at 0.8
+    single = M.compare({"a": strong}, 1, "all", 1e-4).tests["a"].mde
+    assert c.tests["a"].mde > single
+
+
+def test_a_none_comparison_fails_on_any_significant_test_and_splits_its_rate():
+    rng = np.random.default_rng(1)
+    noise = 0.01 * rng.standard_normal(20)
+    c = M.compare({"a": noise, "b": noise[::-1]}, -1, "none", 1e-4)
+    assert c.holds and c.per_test_rate == pytest.approx(5e-5)
+    assert not M.compare({"a": noise, "b": -1 + noise}, -1, "none", 1e-4).holds
+    assert "Bonferroni" in c.tolerance() and "19 degrees" in c.tolerance()
+
+
+def test_the_power_numbers_come_from_the_binding_test():
+    rng = np.random.default_rng(2)
+    c = M.compare({"a": 1 + rng.standard_normal(10), "b": 1 + 0.1 * rng.standard_normal(10)}, 1, "all", 1e-3)
+    p = c.power({"a": 1.0, "b": 1.0})
+    assert p["key"] == "a" and p["detectable"] == c.tests["a"].mde and p["ceiling"] is None
+    # a ceiling below the effect binds even where the test is sensitive enough
+    p = c.power({"a": 10.0, "b": 1.0}, {"a": 100.0, "b": 0.5})
+    assert p["key"] == "b" and p["ceiling"] == 0.5 and p["effect"] == 1.0
+    assert set(p["per_test"]) == {"a", "b"}
+
+
+def test_compare_refuses_a_malformed_rule():
+    with pytest.raises(ValueError):
+        M.compare({"a": [1.0, 2.0]}, 1, "some", 1e-3)
+    with pytest.raises(ValueError):
+        M.compare({"a": [1.0, 2.0]}, {"b": 1}, "all", 1e-3)
+
+
+def test_the_majority_baseline_and_readable_probes():
+    labels = np.asarray([0, 0, 0, 1, 1, 0, 1, 1])
+    assert M.majority_baseline(labels, [0, 1, 2, 3], [4, 5, 6, 7]) == 0.25  # train says 0, test mostly 1
+    acc = np.stack([np.full((2, 3, 4), 0.6), np.full((2, 3, 4), 0.4)])  # two arms: mean 0.5
+    majority = np.asarray([[0.4, 0.5, 0.6], [0.4, 0.4, 0.4]])
+    ceiling = np.asarray([[0.9, 0.9, 0.9], [0.3, 0.9, 0.9]])
+    assert M.readable(acc, majority, ceiling).tolist() == [[True, False, False], [False, True, True]]
+
+
+def test_claim_power_is_computed_from_the_binding_test():
+    rng = np.random.default_rng(3)
+    c = M.compare({"a": 0.1 + 0.01 * rng.standard_normal(20)}, 1, "all", 1e-4)
+    p = M.claim_power(c, {"a": 0.1}, {"a": 0.5}, unit="nats", what="Matched arms", ceiling_is="the excess",
+                      excess=0.08)
+    assert p.detects and p.detectable == c.tests["a"].mde and "0.080 nats per token" in p.statement
+    assert not M.claim_power(c, {"a": 0.1}, {"a": 0.05}, unit="nats", what="x", ceiling_is="y", excess=0.1).detects
+    assert not M.claim_power(c, {"a": c.tests["a"].mde / 2}, None, unit="nats", what="x", ceiling_is="y",
+                             excess=0.1).detects
+
+
+def test_probe_scores_against_the_bayes_ceiling():
+    posterior = np.asarray([[0.9, 0.1], [0.5, 0.5], [1.0, 0.0]])
+    acc, z = M.probe_scores(np.asarray([0, 1, 0]), np.asarray([0, 0, 0]), posterior, ceiling=0.8)
+    q = np.asarray([0.9, 0.5, 1.0])
+    assert acc == pytest.approx(2 / 3)
+    assert z == pytest.approx((2 / 3 - 0.8) / (np.sqrt(np.sum(q * (1 - q))) / 3))
+    certain = np.asarray([[1.0, 0.0], [0.0, 1.0]])
+    assert M.probe_scores(np.asarray([0, 1]), np.asarray([0, 1]), certain, ceiling=1.0) == (1.0, 0.0)
+    assert M.probe_scores(np.asarray([0, 1]), np.asarray([0, 1]), certain, ceiling=0.5)[1] == np.inf
+
+
+def test_equivalence_holds_only_when_every_row_is_confidently_within_the_tolerance():
+    rng = np.random.default_rng(4)
+    small = 0.001 * rng.standard_normal((5, 20))
+    e = M.equivalence(small, 0.05, 1e-4)
+    assert e.holds and e.bound < 0.05 and np.all(e.needed < 0.05)
+    shifted = small.copy()
+    shifted[2] += 0.06  # one row outside the tolerance
+    assert not M.equivalence(shifted, 0.05, 1e-4).holds
+    noisy = 0.1 * rng.standard_normal((5, 20))  # centred on 0, but too noisy to confirm
+    e = M.equivalence(noisy, 0.05, 1e-4)
+    assert not e.holds and np.max(e.needed) > 0.05
+    with pytest.raises(ValueError):
+        M.equivalence(np.zeros((3, 1)), 0.05, 1e-4)
