@@ -46,14 +46,6 @@ def test_parameter_rejects_wrong_type(default, text):
         Parameter("x", default).coerce(text)
 
 
-def test_every_chapter_profile_validates():
-    """The committed profiles only name existing parameters, with values of the right type."""
-    book = Book(ROOT)
-    for profile in ("quick", "default", "paper"):
-        for ch in book.chapters():
-            ch.resolve(book.profile(profile, ch), {})
-
-
 @pytest.mark.parametrize("comment, inside, outside", [
     ("∈ [0, 4294967295]: seed", [0, 7, 2**32 - 1], [-1, 0.5 - 1, 2**32]),
     ("∈ [0, ∞): a size", [0, 10**9], [-1, float("inf"), float("nan")]),

@@ -26,8 +26,6 @@ from lib.pipeline.chapters import PROFILES, Book, Constraint, Parameter, UsageEr
 BOOK = Book()
 CHAPTERS = BOOK.chapters()
 UNCONSTRAINED = {"out_dir"}  # the runner checks output folders itself
-PARAMS = [pytest.param(ch, p, id=f"{ch.number}-{p.name}")
-          for ch in CHAPTERS for p in ch.parameters.values() if p.name not in UNCONSTRAINED]
 
 
 def test_the_book_has_its_ten_chapters():
@@ -36,15 +34,17 @@ def test_the_book_has_its_ten_chapters():
 
 # -- (a) every parameter declares a constraint ------------------------------------------------
 
-@pytest.mark.parametrize("chapter, param", PARAMS)
-def test_parameter_declares_a_constraint(chapter, param):
-    assert param.constraint is not None, (
-        f"{chapter.slug}: parameter '{param.name}' declares no constraint "
-        f"(its comment: {param.help!r})")
-    assert param.annotation, f"{chapter.slug}: parameter '{param.name}' has no type annotation"
-    rest = param.help.strip()[len(param.constraint.text):].lstrip()
-    assert rest.startswith(":") and rest[1:].strip(), (
-        f"{chapter.slug}: parameter '{param.name}' has no help text after its constraint")
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda ch: ch.number)
+def test_every_parameter_declares_a_type_a_constraint_and_a_help_text(chapter):
+    params = [p for p in chapter.parameters.values() if p.name not in UNCONSTRAINED]
+    assert params, f"{chapter.slug} has no parameters"
+    for param in params:
+        assert param.constraint is not None, (
+            f"{chapter.slug}: parameter '{param.name}' declares no constraint (its comment: {param.help!r})")
+        assert param.annotation, f"{chapter.slug}: parameter '{param.name}' has no type annotation"
+        rest = param.help.strip()[len(param.constraint.text):].lstrip()
+        assert rest.startswith(":") and rest[1:].strip(), (
+            f"{chapter.slug}: parameter '{param.name}' has no help text after its constraint")
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda ch: ch.number)
@@ -188,10 +188,9 @@ def _cases(param: Parameter) -> tuple[list, list]:
     return good, bad
 
 
-@pytest.mark.parametrize("chapter, param", PARAMS)
-def test_boundaries_pass_and_values_just_outside_are_refused(chapter, param):
-    if param.constraint is None:
-        pytest.fail(f"{chapter.slug}: parameter '{param.name}' declares no constraint")
+def _check_boundaries(chapter, param) -> int:
+    """The property for one parameter; returns how many values it tried (each one asserted)."""
+    assert param.constraint is not None, f"{chapter.slug}: parameter '{param.name}' declares no constraint"
     assert param.constraint.admits(param.default)
     param.check(copy.deepcopy(param.default))
     good, bad = _cases(param)
@@ -203,30 +202,31 @@ def test_boundaries_pass_and_values_just_outside_are_refused(chapter, param):
         except UsageError as err:
             pytest.fail(f"{chapter.slug}: '{param.name}' refused {value!r}, which its constraint "
                         f"{param.constraint.text} admits: {err}")
-    assert bad
-    for value in bad:
-        with pytest.raises(UsageError):
-            param.check(copy.deepcopy(value))
-            pytest.fail(f"{chapter.slug}: '{param.name}' accepted {value!r} outside "
-                        f"{param.constraint.text}")
-
-
-@pytest.mark.parametrize("chapter, param", PARAMS)
-def test_command_line_text_is_checked_like_values(chapter, param):
-    """``-p name text``: the text of a value just outside is refused as well."""
-    if param.constraint is None:
-        pytest.fail(f"{chapter.slug}: parameter '{param.name}' declares no constraint")
+    assert bad, f"{chapter.slug}: no value outside '{param.name}''s constraint to try"
+    texts = []
     leaf, depth = _leaf_annotation(param.annotation)
-    if depth or leaf not in ("int", "float"):
-        return
-    _, bad = _leaf_values(param)
-    for value in bad:
+    if not depth and leaf in ("int", "float"):
         # a float's shortest round-trip text (a numpy scalar's str follows numpy's print options,
         # which a chapter sets to numpy 1.25's: it can round a value just outside onto the bound)
-        text = repr(float(value)) if isinstance(value, float) else repr(value)
-        with pytest.raises(UsageError):
-            param.check(text)
-            pytest.fail(f"{chapter.slug}: '{param.name}' accepted the text {text!r} outside {param.constraint.text}")
+        texts = [repr(float(v)) if isinstance(v, float) else repr(v) for v in _leaf_values(param)[1]]
+    else:
+        texts = [json.dumps(v) for v in bad if isinstance(v, (list, str, bool))]
+    for value in [*bad, *texts]:  # values, then the same values as `-p name text` would give them
+        try:
+            param.check(copy.deepcopy(value))
+        except UsageError:
+            continue
+        pytest.fail(f"{chapter.slug}: '{param.name}' accepted {value!r} outside {param.constraint.text}")
+    return len(good) + len(bad) + len(texts)
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda ch: ch.number)
+def test_boundaries_pass_and_values_just_outside_are_refused(chapter):
+    """Property test over every parameter of the chapter: the boundary values pass, and every
+    value just outside is refused, both as a value and as the command line's text of it."""
+    tried = {p.name: _check_boundaries(chapter, p) for p in chapter.parameters.values()
+             if p.name not in UNCONSTRAINED}
+    assert all(n >= 2 for n in tried.values()), tried
 
 
 def test_the_property_test_can_fail():
