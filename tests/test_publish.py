@@ -38,10 +38,13 @@ def test_published_notebook_drops_machinery_and_links_downloads():
     assert "| `seed` | `3` |" in last and "`default` profile" in last
 
 
-def test_relative_out_dir_is_under_the_chapter_folder_wherever_we_start(tmp_path):
-    assert resolve_out_dir("../../_build/runs/jupyter/01-x", "01-x") == \
-        CHAPTER_DIR.parents[1] / "_build" / "runs" / "jupyter" / "01-x"
-    assert resolve_out_dir(str(tmp_path), "01-x") == tmp_path
+def test_the_default_out_dir_is_the_repositorys_build_and_another_relative_one_is_from_the_working_folder(
+        tmp_path, monkeypatch):
+    default = "../../_build/runs/jupyter/01-x"
+    monkeypatch.chdir(tmp_path)
+    assert resolve_out_dir(default, "01-x", default) == CHAPTER_DIR.parents[1] / "_build" / "runs" / "jupyter" / "01-x"
+    assert resolve_out_dir("runs/01", "01-x", default) == tmp_path / "runs" / "01"
+    assert resolve_out_dir(str(tmp_path), "01-x", default) == tmp_path
     assert resolve_out_dir(None, "01-x") == CHAPTER_DIR.parents[1] / "_build" / "runs" / "jupyter" / "01-x"
 
 
