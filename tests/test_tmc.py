@@ -310,3 +310,45 @@ def test_compiled_post_train_is_the_numpy_loop(tree, method, shape):
         for x, y in zip(a, b):
             assert x.shape == y.shape and np.allclose(x, y, rtol=0, atol=1e-12)
     assert any(not np.array_equal(x, y) for x, y in zip(ref[0], ref[-1]))  # the run moved
+
+
+def test_reward_weighted_policy_keeps_every_valid_chain():
+    t = M.paper_tmc()
+    s = log_setting(t, t.task("TASK1"))
+    pi = M.path_probs(t.probs, s.paths)
+    rw = M.reward_weighted(pi, s.rex)
+    assert rw.sum() == pytest.approx(1.0)
+    np.testing.assert_allclose(rw, pi * s.rex / (pi * s.rex).sum())
+    assert np.all(rw[s.classes != M.INVALID] > 0) and np.all(rw[s.classes == M.INVALID] == 0)
+    assert 0 < M.path_entropy(rw) < M.path_entropy(pi)
+    with pytest.raises(ValueError):
+        M.reward_weighted(pi, np.zeros_like(pi))
+
+
+def test_hard_mass_crossover_by_hand():
+    t = M.paper_tmc()
+    s = log_setting(t, t.task("TASK1"))
+    pi = M.path_probs(t.probs, s.paths)
+    grid = np.geomspace(1e-2, 1e3, 401)
+    mass = lambda lam: M.coverage(M.dprm_h_transform(pi, s.rex, lam), s.classes)[M.HARD]
+    ref = mass(3.0)
+    cross = M.hard_mass_crossover(pi, s, ref, grid)
+    assert cross == pytest.approx(3.0, rel=2e-2)  # interpolated between grid points around λ = 3
+    assert mass(cross * 0.9) > ref > mass(cross * 1.1)
+    assert M.hard_mass_crossover(pi, s, mass(grid[0]) + 1.0, grid) == 0.0  # never above the reference
+    assert np.isnan(M.hard_mass_crossover(pi, s, -1.0, grid))  # always above
+
+
+def test_dprm_vs_orm_tree_is_the_squeezed_tree_and_exact():
+    out = M.dprm_vs_orm_tree((5, 3, 1), 2, 5.0, 8, root=0)
+    rng = M.stream(0, 2, 2)  # tree_squeeze's stream for (root, seed): the same random tree
+    tree = M.random_tmc(5, 3, 3, 1, rng)
+    s = M.Setting.of(tree, tree.tasks[0], [np.log(p) for p in tree.probs])
+    pi = M.path_probs(tree.probs, s.paths)
+    hard = lambda d: M.coverage(d, s.classes)[M.HARD]
+    assert out["base"] == pytest.approx(hard(pi))
+    assert out["orm"] == pytest.approx(hard(M.orm_best_of_n(pi, s.rex, 8)))
+    assert out["dprm"] == pytest.approx(hard(M.dprm_h_transform(pi, s.rex, 5.0)))
+    assert out["dprm_small"] == pytest.approx(out["base"], rel=1e-2)
+    if out["dprm_small"] > out["orm"]:
+        assert out["crossover"] > 0 and (out["dprm"] > out["orm"]) == (out["crossover"] > 5.0)

@@ -24,8 +24,9 @@ Modules, in import order:
 Everything the chapter and its tests use is re-exported here (``from lib import tmc as M``).
 """
 
-from lib.tmc.experiments import (detectable_shift, draw_tree, hard_summary, kl_beta_run, mean_above_p,
-                                 sign_test_p, stream, train_run, trajectory, tree_squeeze)
+from lib.tmc.experiments import (detectable_shift, dprm_vs_orm_tree, draw_tree, hard_mass_crossover, hard_summary,
+                                 kl_beta_run, mean_above_p, reward_weighted, sign_test_p, stream, train_run,
+                                 trajectory, tree_squeeze)
 from lib.tmc.methods import TRAINERS, post_train
 from lib.tmc.odes import expected_update, kl_tilt, mean_field, path_weights
 from lib.tmc.policy import pretrain, sample_chains, sampled_pass_at_k, score_sum, softmax, step
@@ -39,6 +40,7 @@ from lib.tmc.tree import (CLASS_NAMES, EASY, HARD, INVALID, LOW_WEIGHT, TMC, Mat
 __all__ = [
     "CLASS_NAMES", "EASY", "HARD", "INVALID", "LOW_WEIGHT", "TMC", "TRAINERS", "Matrices", "Setting",
     "Task", "binomial_pvalues", "classify", "correct_sets", "coverage", "detectable_shift", "dprm_h_transform",
+    "dprm_vs_orm_tree", "hard_mass_crossover", "reward_weighted",
     "draw_tree", "hard_summary", "kl_beta_run", "mean_above_p", "sign_test_p",
     "edge_probabilities", "expected_update", "hard_instances", "kl_tilt", "mean_field",
     "orm_best_of_n", "paper_tmc", "pass_at_k", "pass_at_k_estimate", "path_entropy", "path_index",

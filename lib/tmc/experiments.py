@@ -150,3 +150,60 @@ def detectable_shift(x, level: float) -> float:
 
     x = np.asarray(x, float)
     return float(stats.t.isf(level, x.size - 1) * x.std(ddof=1) / np.sqrt(x.size))
+
+
+# ---------------------------------------------------------------------------------------------
+# The distributional PRM against ORM on random trees; the squeezing rivals
+# ---------------------------------------------------------------------------------------------
+def reward_weighted(pi: np.ndarray, reward: np.ndarray) -> np.ndarray:
+    """The reward-weighted policy ``π·Rex / Σ π·Rex``: the base re-weighted once by the population
+    reward (one multiplicative step of a reward-weighted fit); it keeps every valid chain, so its
+    path entropy is not zero. Invalid chains (Rex 0) get no mass."""
+    w = np.asarray(pi, float) * np.asarray(reward, float)
+    if not w.sum() > 0:
+        raise ValueError("the base gives no mass to a rewarded chain")
+    return w / w.sum()
+
+
+def hard_mass_crossover(pi: np.ndarray, setting: Setting, reference: float,
+                        lams: np.ndarray) -> float:
+    """The smallest λ on the grid ``lams`` (increasing) at which the distributional PRM's exact
+    hard-chain mass falls to ``reference`` (ORM's), interpolated in log λ between grid points;
+    ``nan`` if it stays above on the whole grid, ``0.0`` if it is at or below already at
+    ``lams[0]`` (no λ of the grid keeps more than ORM: the base itself does not)."""
+    from lib.tmc.selection import dprm_h_transform
+
+    lams = np.asarray(lams, float)
+    mass = np.array([coverage(dprm_h_transform(pi, setting.rex, l), setting.classes)[HARD] for l in lams])
+    below = np.flatnonzero(mass <= reference)
+    if below.size == 0:
+        return float("nan")
+    j = int(below[0])
+    if j == 0:
+        return 0.0
+    a, b = mass[j - 1], mass[j]  # a > reference ≥ b
+    t = (a - reference) / (a - b)
+    return float(np.exp(np.log(lams[j - 1]) + t * (np.log(lams[j]) - np.log(lams[j - 1]))))
+
+
+def dprm_vs_orm_tree(shape: Sequence[int], seed: int, lam: float, best_of: int, root: int = 0,
+                     lams: Sequence[float] = tuple(np.geomspace(1e-2, 1e3, 201))) -> dict:
+    """The distributional PRM against ORM best-of-N, exactly, on the random tree of ``shape =
+    (L, M, C)`` that :func:`tree_squeeze` draws for the same ``root`` and ``seed`` (the true chain
+    as the base model): TASK1's hard-chain mass under the base, ORM best-of-``best_of``, the
+    distributional PRM at ``lam`` and near λ = 0 (the base itself, a positive control), and the
+    crossover λ at which the dPRM's hard-chain mass falls to ORM's (:func:`hard_mass_crossover`)."""
+    from lib.tmc.selection import dprm_h_transform, orm_best_of_n
+
+    n_layers, m, c = shape
+    tree = random_tmc(n_layers, m, m, c, stream(root, TREE_STREAM, seed))
+    s1 = Setting.of(tree, tree.tasks[0], [np.log(p) for p in tree.probs])
+    pi = path_probs(tree.probs, s1.paths)
+
+    def hard(dist):
+        return float(coverage(dist, s1.classes)[HARD])
+
+    orm = hard(orm_best_of_n(pi, s1.rex, best_of))
+    return {"base": hard(pi), "orm": orm, "dprm": hard(dprm_h_transform(pi, s1.rex, lam)),
+            "dprm_small": hard(dprm_h_transform(pi, s1.rex, float(lams[0]))),
+            "crossover": hard_mass_crossover(pi, s1, orm, np.asarray(lams))}
