@@ -520,3 +520,21 @@ def test_gradient_snr_sample_matches_literal_gradients_and_theory():
     assert C.snr_point(3, 8, 0, q=0.5, repeats=1000) == C.snr_point(3, 8, 0, q=0.5, repeats=1000)
     with pytest.raises(ValueError):
         C.gradient_snr_sample(4, 1, 0.5, 10, 1, rng)
+
+
+def test_fisher_detectable_is_the_power_threshold():
+    level = 1e-3 / 6
+    p1 = C.fisher_detectable(20, level)
+    assert 0 < p1 < 1
+    assert C.fisher_power(20, p1, 0.0, level) >= 0.8 > C.fisher_power(20, p1 - 2e-3, 0.0, level)
+    assert C.fisher_detectable(40, level) < p1  # more runs, smaller detectable rate
+    assert C.fisher_detectable(3, level) == math.inf  # 3/3 against 0/3 never reaches the level
+
+
+def test_paper_cells_and_freezing_at_the_paper_step():
+    assert set(C.PAPER_CELLS) == {(3, 8), (2, 16), (2, 32)}
+    out = C.freeze_compare(2, 8, 0, lr=1e8, batch=64, root=0)
+    assert out["frozen_tabular"] is not None and out["frozen_transformer"] == out["frozen_tabular"]
+    assert out["rel_gap"] < 1e-9 and out["same_greedy"]
+    slow = C.freeze_compare(2, 8, 0, lr=1.0, batch=64, max_batches=3, root=0)  # a moderate step does not freeze
+    assert slow["frozen_tabular"] is None and slow["frozen_transformer"] is None

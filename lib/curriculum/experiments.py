@@ -165,3 +165,45 @@ def solve_point(k: int, d: int, route: str, seed: int, *, lr: float, budget: int
     rng = stream(root, "solve", k, d, route, lr, budget, batch, seed)
     return solve_time(parity(d, k), route, budget=budget, batch=batch, lr=lr, rng=rng,
                       n_test=n_test, ema=ema)
+
+
+#: The cells (k*, d) of the paper's own iterative runs at its step sizes: d = 8 with k* = 3 (target
+#: [0, 1, 2]), and d = 16 and 32 with k* = 2.
+PAPER_CELLS = ((3, 8), (2, 16), (2, 32))
+
+
+def freeze_compare(k: int, d: int, seed: int, *, lr: float, batch: int, max_batches: int = 64,
+                   root: int = 0) -> dict:
+    """The restricted transformer (:class:`PositionalTransformer`) and the tabular policy trained
+    side by side on the direct route of shared-input parity (target ``[0, …, k−1]``), on the same
+    inputs and uniforms, at step size ``lr`` and baselined REINFORCE, until both are *frozen*
+    (every depth's softmax exactly one-hot in floating point, as :func:`solve_time` stops) or
+    ``max_batches`` have passed. Returns the rollouts at which each froze (None if not), the
+    largest gap between the transformer's scores and the tabular logits relative to the logits'
+    scale (at least 1), and whether their greedy chains agree at the end."""
+    from lib.curriculum.policy import greedy, reinforce_gradient, sample_paths
+    from lib.curriculum.transformer import PositionalTransformer
+    from lib.stats import softmax
+
+    tree = parity(d, k)
+    rng = stream(root, "freeze", k, d, lr, batch, seed)
+    model = PositionalTransformer(tree, rng)
+    theta = np.zeros((k, d))
+    frozen = {"transformer": None, "tabular": None}
+    gap = 0.0
+    for t in range(1, max_batches + 1):
+        u = rng.random((batch, k))
+        x = tree.sample_inputs(rng, (batch,))
+        paths_model = sample_paths(model.scores().detach().numpy(), batch, rng, uniforms=u)
+        paths_tab = sample_paths(theta, batch, rng, uniforms=u)
+        model.reinforce_step(paths_model, tree.terminal_reward(x, paths_model), lr, baseline=True)
+        theta = theta + lr * reinforce_gradient(theta, paths_tab, tree.terminal_reward(x, paths_tab), baseline=True)
+        scores = model.scores().detach().numpy()
+        gap = max(gap, float(np.abs(scores - theta).max() / max(1.0, float(np.abs(theta).max()))))
+        for name, z in (("transformer", scores), ("tabular", theta)):
+            if frozen[name] is None and np.all(softmax(z).max(axis=-1) == 1.0):
+                frozen[name] = t * batch
+        if None not in frozen.values():
+            break
+    return {"frozen_transformer": frozen["transformer"], "frozen_tabular": frozen["tabular"], "rel_gap": gap,
+            "same_greedy": bool(np.array_equal(greedy(model.scores().detach().numpy())[0], greedy(theta)[0]))}

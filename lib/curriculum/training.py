@@ -224,3 +224,17 @@ def fisher_power(n: int, p1: float, p2: float, level: float) -> float:
     w1, w2 = stats.binom.pmf(np.arange(n + 1), n, p1), stats.binom.pmf(np.arange(n + 1), n, p2)
     return float(sum(w1[a] * w2[b] for a in range(n + 1) for b in range(n + 1)
                      if w1[a] * w2[b] > 0 and fisher_greater_p(a, n, b, n) < level))
+
+
+def fisher_detectable(n: int, level: float, p2: float = 0.0, power: float = 0.8, tol: float = 1e-4) -> float:
+    """The smallest success probability ``p1`` of the first arm that :func:`fisher_greater_p` at
+    ``level``, with ``n`` runs per arm, detects against a second arm at ``p2`` with probability at
+    least ``power`` (bisection on :func:`fisher_power`, which grows with ``p1``); ``inf`` if even
+    ``p1 = 1`` is not detected that often."""
+    if fisher_power(n, 1.0, p2, level) < power:
+        return math.inf
+    lo, hi = p2, 1.0
+    while hi - lo > tol:
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if fisher_power(n, mid, p2, level) >= power else (mid, hi)
+    return hi
