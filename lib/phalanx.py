@@ -149,19 +149,42 @@ def load_corpus(modules=CORPUS_MODULES, valid_fraction: float = 0.1) -> Corpus:
     return Corpus(train=tr, valid=va, hashes=hashes, n_bytes=len(tr) + len(va))
 
 
-def sample_batch(data: torch.Tensor, batch: int, seq_len: int, generator: torch.Generator):
-    """Random windows: inputs ``(batch, seq_len)`` and next-byte targets."""
+DATA = ("source", "recall")
+
+
+def recall_span(seq_len: int) -> int:
+    """The distance at which a ``"recall"`` window repeats itself: half the window (its
+    ``seq_len + 1`` bytes are a span of this length followed by the same span)."""
+    return (seq_len + 2) // 2
+
+
+def _windows(data: torch.Tensor, start: torch.Tensor, seq_len: int, mode: str) -> torch.Tensor:
+    """``seq_len + 1`` bytes per start: consecutive bytes (``"source"``), or a span of
+    :func:`recall_span` bytes followed by the same span again, cut to ``seq_len + 1``
+    (``"recall"``: every byte of the second half is the byte one span earlier, so a model
+    predicts it only if it sees that far back)."""
+    if mode not in DATA:
+        raise ValueError(f"data must be one of {DATA}, got {mode!r}")
+    if mode == "source":
+        return data[start[:, None] + torch.arange(seq_len + 1)]
+    span = recall_span(seq_len)
+    offsets = torch.arange(seq_len + 1) % span
+    return data[start[:, None] + offsets]
+
+
+def sample_batch(data: torch.Tensor, batch: int, seq_len: int, generator: torch.Generator,
+                 mode: str = "source"):
+    """Random windows: inputs ``(batch, seq_len)`` and next-byte targets (``mode``: see
+    :func:`_windows`)."""
     start = torch.randint(0, len(data) - seq_len - 1, (batch,), generator=generator)
-    idx = start[:, None] + torch.arange(seq_len + 1)
-    chunk = data[idx]
+    chunk = _windows(data, start, seq_len, mode)
     return chunk[:, :-1], chunk[:, 1:]
 
 
-def valid_batches(data: torch.Tensor, seq_len: int, max_windows: int):
+def valid_batches(data: torch.Tensor, seq_len: int, max_windows: int, mode: str = "source"):
     """The fixed validation set: consecutive non-overlapping windows from the start."""
     n = min(max_windows, (len(data) - 1) // seq_len)
-    idx = torch.arange(n)[:, None] * seq_len + torch.arange(seq_len + 1)
-    chunk = data[idx]
+    chunk = _windows(data, torch.arange(n) * seq_len, seq_len, mode)
     return chunk[:, :-1], chunk[:, 1:]
 
 
@@ -332,21 +355,27 @@ def evaluate(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, batc
 
 def train_lm(pattern: str, corpus: Corpus, *, root: int, rep: int = 0, steps: int, batch: int,
              seq_len: int, d_model: int = 64, block: int = 16, lr: float = 3e-3, eval_every: int = 50,
-             valid_windows: int = 64, threads: int | None = 1, wide_block: int | None = None) -> dict:
+             valid_windows: int = 64, threads: int | None = 1, wide_block: int | None = None,
+             data: str = "source") -> dict:
     """Train replicate ``rep`` of one model; returns validation loss curve, final loss, tokens/s,
     parameter count. Draws come from chapter seed ``root``: the initialisation from the sub-stream
     ``("lm-init", pattern, rep)``, the training batches from ``("lm-batches", rep)``, shared by
     every pattern, so the models of one replicate see the same batches (a paired comparison).
 
     ``threads``: PyTorch intra-op threads while training (restored afterwards). Models this
-    small run faster on one thread than on two, and far faster on a shared machine."""
+    small run faster on one thread than on two, and far faster on a shared machine.
+
+    ``data``: ``"source"`` (windows of the corpus) or ``"recall"`` (each window a span of the
+    corpus repeated once, :func:`_windows`: a data set where reach beyond the local window pays).
+    The schedule follows ``steps`` (:func:`lr_factor`), so a run of half the steps is a complete
+    run of its own, not the first half of a longer one."""
     previous = torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)
     try:
         return _train(pattern, corpus, root=root, rep=rep, steps=steps, batch=batch, seq_len=seq_len,
                       d_model=d_model, block=block, lr=lr, eval_every=eval_every,
-                      valid_windows=valid_windows, wide_block=wide_block)
+                      valid_windows=valid_windows, wide_block=wide_block, data=data)
     finally:
         torch.set_num_threads(previous)
 
@@ -374,17 +403,17 @@ def lr_factor(step: int, steps: int) -> float:
 
 
 def _train(pattern, corpus, *, root, rep, steps, batch, seq_len, d_model, block, lr, eval_every,
-           valid_windows, wide_block=None) -> dict:
+           valid_windows, wide_block=None, data="source") -> dict:
     seed_torch(root, "lm-init", pattern, rep)
     model = Decoder(pattern, d_model=d_model, block=block, wide_block=wide_block)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, steps))
     gen = torch_generator(root, "lm-batches", rep)
-    vx, vy = valid_batches(corpus.valid, seq_len, valid_windows)
+    vx, vy = valid_batches(corpus.valid, seq_len, valid_windows, data)
     curve_steps, curve = [0], [evaluate(model, vx, vy)]
     train_time = 0.0
     for step in range(1, steps + 1):
-        x, y = sample_batch(corpus.train, batch, seq_len, gen)
+        x, y = sample_batch(corpus.train, batch, seq_len, gen, data)
         t0 = time.perf_counter()
         loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
         opt.zero_grad(set_to_none=True)
@@ -399,3 +428,97 @@ def _train(pattern, corpus, *, root, rep, steps, batch, seq_len, d_model, block,
     return {"pattern": pattern, "rep": rep, "steps": curve_steps, "valid_loss": curve,
             "final_valid_loss": curve[-1], "tokens_per_s": steps * batch * seq_len / train_time,
             "n_params": model.n_params()}
+
+
+# ---------------------------------------------------------------------------------------------
+# deciding the hybrids' comparison
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class NonInferiority:
+    """A one-sided paired t-test that the mean gap lies below ``margin`` (the null: it is at least
+    ``margin``). ``upper``: the one-sided ``1 − alpha`` upper confidence bound of the mean gap;
+    ``holds``: ``upper < margin``, which under the null happens with probability at most
+    ``alpha`` (the rule's false-alarm rate). ``detectable``: the smallest distance between the true
+    mean gap and the margin the test detects with probability ``power`` at ``alpha`` (``(t_α +
+    t_power)·se``), ``None`` with fewer than two gaps. ``lower``: the matching lower bound, which
+    says whether the first arm is also *better* at the same rate."""
+
+    mean: float
+    se: float
+    n: int
+    margin: float
+    alpha: float
+    upper: float
+    lower: float
+    holds: bool
+    detectable: float | None
+    all_below_zero: bool
+
+
+def noninferiority(gaps, margin: float, alpha: float, power: float = 0.8) -> NonInferiority:
+    """:class:`NonInferiority` of per-seed paired gaps (relative loss differences, first arm
+    against the second) against ``margin`` at false-alarm rate ``alpha``."""
+    from scipy import stats as st
+
+    if not (0 < alpha < 0.5 and 0 < power < 1 and margin > 0):
+        raise ValueError(f"need 0 < alpha < 1/2, 0 < power < 1 and margin > 0, got {alpha}, {power}, {margin}")
+    d = np.asarray(gaps, dtype=float)
+    n = d.size
+    mean = float(d.mean()) if n else math.nan
+    if n < 2 or not np.all(np.isfinite(d)):
+        return NonInferiority(mean, math.inf, n, margin, alpha, math.inf, -math.inf, False, None,
+                              bool(n and np.all(d < 0)))
+    se = float(d.std(ddof=1) / math.sqrt(n))
+    crit = float(st.t.isf(alpha, n - 1))
+    return NonInferiority(mean, se, n, margin, alpha, mean + crit * se, mean - crit * se,
+                          bool(mean + crit * se < margin),
+                          (crit + float(st.t.isf(1 - power, n - 1))) * se, bool(np.all(d < 0)))
+
+
+def step_doubling(gap_half, gap_full, tolerance: float) -> dict:
+    """Whether the mean paired gap is stable when the training steps double: runs of half the
+    steps (each with its own complete schedule) against runs of all the steps, on the same seeds.
+    A comparison whose gap still moves by more than ``tolerance`` measures how fast each mixer
+    learns, not where it ends. Returns ``{"half", "full", "change", "stable"}``."""
+    half, full = float(np.mean(gap_half)), float(np.mean(gap_full))
+    change = full - half
+    return {"half": half, "full": full, "change": change,
+            "stable": bool(np.isfinite(change) and abs(change) <= tolerance)}
+
+
+def wider_window_helps(narrow_losses, wide_losses, alpha: float) -> dict:
+    """The positive control of a long-context regime: does the SWA hybrid with the wider window
+    reach a lower validation loss than the narrow one, seed by seed (paired relative gaps
+    ``wide/narrow − 1``), by a one-sided t-test at ``alpha``? Returns ``{"gaps", "mean", "upper",
+    "holds"}`` (``upper``: the one-sided ``1 − alpha`` upper bound of the mean gap; ``holds``:
+    it is below zero)."""
+    from scipy import stats as st
+
+    narrow, wide = np.asarray(narrow_losses, float), np.asarray(wide_losses, float)
+    gaps = wide / narrow - 1
+    if gaps.size < 2:
+        return {"gaps": gaps.tolist(), "mean": float(gaps.mean()) if gaps.size else math.nan,
+                "upper": math.inf, "holds": False}
+    se = float(gaps.std(ddof=1) / math.sqrt(gaps.size))
+    upper = float(gaps.mean() + st.t.isf(alpha, gaps.size - 1) * se)
+    return {"gaps": gaps.tolist(), "mean": float(gaps.mean()), "upper": upper, "holds": bool(upper < 0)}
+
+
+def comparison_design(test: NonInferiority, *, learned: bool, stable: bool, param_ratio: float,
+                      max_param_ratio: float, context_control: bool | None) -> dict:
+    """The numbers behind the comparison's :class:`lib.claims.Power`: ``detectable`` (the
+    smallest distance from the margin the paired test detects, see :func:`noninferiority`),
+    ``effect`` (the paper's "matched" gap 0 lies ``margin`` below the margin), ``ceiling`` (none:
+    a relative gap is unbounded), ``control`` (the long-context positive control where it ran,
+    else ``None``) and ``matched``: the arms are compared on equal terms only when their
+    parameter counts lie within ``max_param_ratio`` (the batches are the same by construction),
+    both hybrids learned more than byte frequencies (``learned``) and their gap is stable under
+    step doubling (``stable``). Otherwise the gap measures how fast each mixer starts, not what
+    it reaches, and decides nothing either way. With fewer than two seeds nothing is detectable:
+    ``detectable`` and ``effect`` are ``None`` and ``control`` False."""
+    out = {"effect": test.margin, "ceiling": None,
+           "matched": bool(param_ratio <= max_param_ratio and learned and stable),
+           "detectable": test.detectable, "control": context_control}
+    if test.detectable is None:
+        out.update(detectable=None, effect=None, control=False)
+    return out

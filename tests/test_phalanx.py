@@ -190,3 +190,60 @@ def test_learning_rate_warms_up_then_decays_to_zero_at_the_last_step():
         assert np.all(np.diff(f[warmup - 1:]) <= 1e-12)
         assert f[-1] == pytest.approx(0.5 * (1 - math.cos(math.pi / steps)), rel=1e-12) and f[-1] < 0.07
         assert M.lr_factor(steps, steps) == pytest.approx(0.0, abs=1e-15)
+
+
+def test_recall_windows_repeat_at_half_the_window_and_source_windows_are_unchanged():
+    data = torch.arange(1000) % 251
+    start = torch.tensor([3, 500])
+    src = M._windows(data, start, 9, "source")
+    assert torch.equal(src, data[start[:, None] + torch.arange(10)])
+    rec = M._windows(data, start, 9, "recall")
+    span = M.recall_span(9)
+    assert span == 5 and rec.shape == (2, 10)
+    assert torch.equal(rec[:, span:], rec[:, :10 - span])
+    assert torch.equal(rec[:, :span], src[:, :span])
+    with pytest.raises(ValueError):
+        M._windows(data, start, 9, "other")
+    x, y = M.valid_batches(data, 9, 3, "recall")
+    assert torch.equal(x[:, 1:], y[:, :-1]) and torch.equal(x[:, 5:], x[:, :4])
+
+
+def test_noninferiority_by_hand_and_its_false_alarm_rate():
+    from scipy import stats as st
+
+    gaps = np.array([-0.01, -0.02, -0.015, -0.005])
+    t = M.noninferiority(gaps, margin=0.02, alpha=1e-3)
+    se = gaps.std(ddof=1) / 2
+    assert t.se == pytest.approx(se) and t.upper == pytest.approx(gaps.mean() + st.t.isf(1e-3, 3) * se)
+    assert t.holds == (t.upper < 0.02) and t.all_below_zero
+    assert t.detectable == pytest.approx((st.t.isf(1e-3, 3) + st.t.isf(0.2, 3)) * se)
+    # under the null (true mean gap = margin) the rule passes at about its stated rate
+    rng = np.random.default_rng(0)
+    sims = 0.02 + 0.01 * rng.standard_normal((5000, 4))
+    rate = np.mean([M.noninferiority(g, 0.02, 0.05).holds for g in sims])
+    assert abs(rate - 0.05) < 0.015
+    one = M.noninferiority([0.0], 0.02, 1e-3)
+    assert not one.holds and one.detectable is None
+
+
+def test_step_doubling_and_the_design_numbers():
+    assert M.step_doubling([0.03, 0.01], [0.0, 0.0], 0.01) == {"half": 0.02, "full": 0.0, "change": -0.02,
+                                                               "stable": False}
+    assert M.step_doubling([0.005], [0.0], 0.01)["stable"]
+    test = M.noninferiority([-0.01, -0.012, -0.011], 0.02, 1e-3)
+    d = M.comparison_design(test, learned=True, stable=True, param_ratio=1.001, max_param_ratio=1.02,
+                            context_control=None)
+    assert d == {"effect": 0.02, "ceiling": None, "matched": True, "detectable": test.detectable, "control": None}
+    for bad in (dict(learned=False, stable=True, param_ratio=1.0), dict(learned=True, stable=False, param_ratio=1.0),
+                dict(learned=True, stable=True, param_ratio=1.1)):
+        assert not M.comparison_design(test, max_param_ratio=1.02, context_control=True, **bad)["matched"]
+    short = M.comparison_design(M.noninferiority([0.0], 0.02, 1e-3), learned=True, stable=True, param_ratio=1.0,
+                                max_param_ratio=1.02, context_control=True)
+    assert short["control"] is False and short["detectable"] is None
+
+
+def test_wider_window_control():
+    helps = M.wider_window_helps([2.0, 2.1, 2.2], [1.6, 1.7, 1.75], alpha=1e-3)
+    assert helps["holds"] and helps["upper"] < 0
+    assert not M.wider_window_helps([2.0, 2.1, 2.2], [2.0, 2.12, 2.19], alpha=1e-3)["holds"]
+    assert not M.wider_window_helps([2.0], [1.0], alpha=1e-3)["holds"]
