@@ -302,6 +302,79 @@ def test_stationarity_spread_is_the_variance_of_late_means():
     np.testing.assert_allclose(st["spread"], late.var(-1, ddof=1))
     np.testing.assert_allclose(st["init_scales"], [0.05, np.sqrt(0.05), 1.0])
     assert not np.allclose(st["L"][0, 0, 0], st["L"][0, 0, 1])  # distinct initialisations
+    np.testing.assert_allclose(st["late_A"], st["A"][..., st["t"] >= 1.0].mean(-1))
+    np.testing.assert_allclose(st["spread_A"], st["late_A"].var(-1, ddof=1))
+
+
+def test_stationarity_arms_share_initialisations_and_offset_sets_the_asymmetry():
+    cfg = mf.F2BMLDConfig(steps=4, eta=0.2, zeta=0.5, record_every=2, tracker_steps=1,
+                          flow_step=0.1)
+    args = ([64], [0], 3, 16, 1.0)
+    kw = dict(cfg=cfg, root=0, late_from=0.1, offset=2.0, init_scales=(0.01, 0.02))
+    on, off = (experiments.stationarity(*args, sigma=sg, **kw) for sg in (0.5, 0.0))
+    np.testing.assert_allclose(on["init_plus"], [1.0, 0.5, 0.0])
+    np.testing.assert_allclose(on["A"][..., 0], off["A"][..., 0])  # the same initial particles
+    np.testing.assert_allclose(on["A"][0, 0, :, 0], [np.tanh(2.0), 0.0, -np.tanh(2.0)], atol=0.05)
+    assert not np.allclose(on["A"][..., -1], off["A"][..., -1])   # the noise moved one arm
+
+
+def test_init_offset_splits_particles_between_mirror_images():
+    gen = torch.Generator().manual_seed(0)
+    net = mf.MeanFieldNet.init(3, 10, 2, gen, scale=0.0, offset=1.5,
+                               plus=torch.tensor([1.0, 0.3, 0.0]))
+    c = net.x[..., -1]
+    assert (c == 1.5).sum(1).tolist() == [10, 3, 0] and (c == -1.5).sum(1).tolist() == [0, 7, 10]
+    np.testing.assert_allclose(net.asymmetry().numpy(), np.tanh(1.5) * np.array([1.0, -0.4, -1.0]),
+                               rtol=1e-6)
+
+
+def test_mirror_image_particles_give_the_same_network_and_opposite_asymmetry():
+    net = _net(B=2, N=9, d=3, scale=0.8)
+    mirror = mf.MeanFieldNet(-net.x, net.R)
+    z = torch.randn(2, 5, 3, generator=torch.Generator().manual_seed(3))
+    torch.testing.assert_close(mirror(z), net(z))
+    torch.testing.assert_close(mirror.asymmetry(), -net.asymmetry())
+
+
+def test_spread_test_judges_the_control_by_the_same_band():
+    rng = np.random.default_rng(0)
+    N = np.array([64, 128, 256, 512])
+    falling = rng.standard_normal((4, 5, 8)) / np.sqrt(N)[:, None, None]
+    flat = rng.standard_normal((4, 5, 8))
+    st = analysis.spread_test(N, falling, flat, false_alarm=5e-4)
+    assert st.holds and st.control_holds is False
+    lo, hi = st.band
+    assert lo < -1 < hi and st.fit.interval(-1.0, 5e-4) == (lo, hi)
+    assert not st.passes(st.control.slope) and not st.passes(float("nan"))
+    assert analysis.spread_test(N, falling).control_holds is None
+
+
+def test_rate_comparison_is_a_paired_one_sided_test():
+    rng = np.random.default_rng(1)
+    base = np.exp(rng.normal(0, 0.3, (2, 10)))
+    rates = np.stack([base, base * 1.2 * np.exp(rng.normal(0, 0.01, (2, 10)))])
+    rc = analysis.rate_comparison(rates)
+    assert rc.faster(1e-3) and rc.ratio == pytest.approx(1.2, rel=0.01)
+    same = analysis.rate_comparison(np.stack([base, base * np.exp(rng.normal(0, 0.01, (2, 10)))]))
+    assert not same.faster(1e-3)
+    rates[1, 0, 0] = np.nan  # a run that never relaxed: nothing can be said
+    assert np.isnan(analysis.rate_comparison(rates).p_value) and not analysis.rate_comparison(rates).faster(1.0)
+
+
+def test_sweep_readability():
+    mse = np.array([[1.0, 1.0], [0.5, 0.5], [0.8, 0.8]])
+    half = np.array([[1.05, 1.05], [0.5, 0.5], [0.8, 0.8]])
+    r = analysis.sweep_readability(mse, half, mse_zero=1.05)
+    np.testing.assert_allclose(r.drift, [0.05, 0.0, 0.0])
+    assert r.collapsed.tolist() == [True, False, False] and r.ceiling == 0.0
+    assert r.detectable == pytest.approx(0.05) and r.effect == 0.1
+    assert analysis.sweep_readability(mse, half, mse_zero=2.0).ceiling is None
+
+
+def test_ope_readable():
+    assert analysis.ope_readable(np.array([0.6, 0.9]), {"a": 0.1, "b": 0.2})
+    assert not analysis.ope_readable(np.array([0.4, 0.9]), {"a": 0.1})
+    assert not analysis.ope_readable(np.array([0.6]), {"a": 0.1, "b": 0.3})
 
 
 def test_relaxation_first_passage_and_rate():

@@ -1,6 +1,8 @@
-"""Fits that turn runs into the chapter's numbers: how the spread of the stationary Lagrangian
-over initialisations scales with the particle number, first-passage times, and the
-bias-plus-variance form of the test error against λ."""
+"""Fits and tests that turn runs into the chapter's numbers: how the spread of a stationary
+value over initialisations scales with the particle number (and the same test on the noiseless
+control), first-passage times and the comparison of relaxation rates between temperatures, the
+bias-plus-variance form of the test error against λ and what the λ sweep and the off-policy
+comparison can read."""
 
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import polygamma
 from scipy.stats import t as student_t
+
+from lib import stats as S
 
 
 @dataclass
@@ -99,3 +103,110 @@ def log_variance_slope(x, samples) -> VarianceSlope:
     s2 = float((resid ** 2).sum() / df)
     return VarianceSlope(slope, float(np.sqrt(s2 / sxx)), df,
                          float(np.sqrt(polygamma(1, (M - 1) / 2) / sxx)), s2, y)
+
+
+@dataclass
+class SpreadTest:
+    """The two-sided Student-t test of a log-variance slope against ``predicted`` at
+    ``false_alarm`` (:class:`VarianceSlope`), and the same rule — the same band, from the tested
+    fit's error — applied to a negative control's slope."""
+
+    fit: VarianceSlope
+    control: VarianceSlope | None
+    predicted: float
+    false_alarm: float
+
+    @property
+    def band(self) -> tuple[float, float]:
+        return self.fit.interval(self.predicted, self.false_alarm)
+
+    @property
+    def critical(self) -> float:
+        return self.fit.critical(self.false_alarm)
+
+    def passes(self, slope: float) -> bool:
+        lo, hi = self.band
+        return bool(np.isfinite(slope) and lo <= slope <= hi)
+
+    @property
+    def holds(self) -> bool:
+        return self.passes(self.fit.slope)
+
+    @property
+    def control_holds(self) -> bool | None:
+        return None if self.control is None else self.passes(self.control.slope)
+
+
+def spread_test(x, samples, control_samples=None, *, predicted: float = -1.0,
+                false_alarm: float = 1e-3) -> SpreadTest:
+    """:func:`log_variance_slope` of ``samples`` (K, D, M) tested against ``predicted``, and of
+    ``control_samples`` (the same design with the mechanism removed) judged by the same band."""
+    fit = log_variance_slope(x, samples)
+    control = None if control_samples is None else log_variance_slope(x, control_samples)
+    return SpreadTest(fit, control, float(predicted), float(false_alarm))
+
+
+@dataclass
+class RateComparison:
+    """Relaxation rates at the largest against the smallest temperature: the one-sided p-value
+    of a paired t-test of the log-rate difference over (data set, initialisation) pairs, and the
+    geometric-mean rate of every temperature."""
+
+    p_value: float
+    rate_mean: np.ndarray  # (σ,)
+
+    @property
+    def ratio(self) -> float:
+        return float(self.rate_mean[-1] / self.rate_mean[0])
+
+    def faster(self, false_alarm: float) -> bool:
+        """Whether the test says the highest temperature relaxes faster (NaN p: it cannot)."""
+        return bool(np.isfinite(self.p_value) and self.p_value <= false_alarm)
+
+
+def rate_comparison(rate) -> RateComparison:
+    """``rate`` (σ, data set, initialisation), temperatures ascending; a pair with a run that
+    never relaxed (NaN) makes the p-value NaN."""
+    log_rate = np.log(np.asarray(rate, float))
+    diff = (log_rate[-1] - log_rate[0]).ravel()
+    p = S.t_pvalue_greater(diff) if np.all(np.isfinite(diff)) else float("nan")
+    with np.errstate(invalid="ignore"):
+        mean = np.exp(np.nanmean(log_rate.reshape(len(log_rate), -1), axis=1))
+    return RateComparison(float(p), mean)
+
+
+@dataclass
+class SweepReadability:
+    """What the λ sweep can read: ``drift`` (per λ, the relative change of the mean test error
+    between half and full flow time), ``collapsed`` (per λ, whether the mean test error is within
+    ``collapse_tol`` of the zero function's), and, in the units of a U shape's rise (relative to
+    the minimum), the smallest rise the design resolves (the largest drift), the stated rise it
+    looks for and the largest it can show (0 when a λ has collapsed: its arm then measures the
+    confinement, not the trade-off; None otherwise)."""
+
+    drift: np.ndarray
+    collapsed: np.ndarray
+    detectable: float
+    effect: float
+    ceiling: float | None
+
+
+def sweep_readability(mse, mse_half, mse_zero: float, *, effect: float = 0.1,
+                      collapse_tol: float = 0.1) -> SweepReadability:
+    """``mse``, ``mse_half``: (λ, seed) test errors at full and half flow time; ``mse_zero``
+    the zero function's test error."""
+    mse, mse_half = np.asarray(mse, float), np.asarray(mse_half, float)
+    mean = mse.mean(1)
+    drift = np.abs(mse - mse_half).mean(1) / mean
+    collapsed = mean >= (1 - collapse_tol) * mse_zero
+    return SweepReadability(drift, collapsed, float(drift.max()), float(effect),
+                            0.0 if collapsed.any() else None)
+
+
+def ope_readable(moved: np.ndarray, control_errors: dict[str, float], *, moved_min: float = 0.5,
+                 control_max: float = 0.25) -> bool:
+    """Whether the off-policy comparison can be read: the estimates being compared have left
+    zero (median estimate ≥ ``moved_min`` of the true value at every compared noise level) and
+    every estimator in ``control_errors`` (median relative error on the positive control) is
+    within ``control_max``."""
+    return bool(np.min(moved) >= moved_min and max(control_errors.values()) <= control_max)

@@ -31,40 +31,57 @@ def demand_batch(samples: list[demand.DemandSample]) -> mf.IVData:
                      _tensor(np.stack([s.Y for s in samples])))
 
 
+def init_design(n_inits: int, init_scales: tuple[float, float]) -> tuple[np.ndarray, np.ndarray]:
+    """The initialisations of :func:`stationarity`: scales geometric over ``init_scales`` and the
+    fraction of particles whose output weight starts at +m running from 1 (a unimodal cloud at
+    c = +m) through ½ (bimodal, symmetric) to 0 (the mirror-image cloud at c = −m)."""
+    return np.geomspace(*init_scales, n_inits), np.linspace(1.0, 0.0, n_inits)
+
+
 def _stationarity_point(n_particles: int, seed: int, *, root: int, reps, n_inits: int, n: int,
-                        lam: float, sigma: float, cfg: mf.F2BMLDConfig, init_scales) -> dict:
+                        lam: float, sigma: float, cfg: mf.F2BMLDConfig, init_scales,
+                        offset: float) -> dict:
     """One particle number of :func:`stationarity`: every (data set, initialisation) in one batch
     (the sweep's ``seed`` is 0: the replicates are the batch)."""
     samples = [demand.sample(n, stream(root, "stationarity-data", s)) for s in reps]
     data = demand_batch([x for x in samples for _ in range(n_inits)])
-    scales = np.tile(np.geomspace(*init_scales, n_inits), len(reps))
+    scales, plus = (np.tile(v, len(reps)) for v in init_design(n_inits, init_scales))
     run = mf.f2bmld(data, lam, replace(cfg, n_particles=n_particles, sigma=sigma,
-                                       init_scale=_tensor(scales)),
-                    root, ("stationarity", n_particles))
-    return {"L": run.L_tracker.T.reshape(len(reps), n_inits, -1), "steps": run.steps}
+                                       init_scale=_tensor(scales), init_offset=offset,
+                                       init_plus=_tensor(plus)),
+                    root, ("stationarity", n_particles))  # one stream for every σ: paired arms
+    shape = (len(reps), n_inits, -1)
+    return {"L": run.L_tracker.T.reshape(shape), "A": run.asymmetry.T.reshape(shape),
+            "steps": run.steps}
 
 
 def stationarity(particles, reps, n_inits: int, n: int, lam: float, sigma: float,
                  cfg: mf.F2BMLDConfig, root: int, late_from: float,
-                 init_scales: tuple[float, float] = (0.05, 1.0)) -> dict:
+                 init_scales: tuple[float, float] = (0.05, 1.0), offset: float = 0.0) -> dict:
     """F²BMLD on the demand design from ``n_inits`` initialisations per data set (replicates
     ``reps``, sub-stream ``("stationarity-data", rep)``) for every particle number in
-    ``particles``; the initialisations' scales run geometrically over ``init_scales``. Every run
-    steps ``h = cfg.flow_step`` for ``cfg.steps`` steps at penalty ``lam`` and temperature
-    ``sigma``; the Lagrangian is recorded with the tracker μ_w as the inner minimiser. Each run's
-    *late mean* is its Lagrangian averaged over flow times ``t ≥ late_from``; ``spread`` is the
-    sample variance of the late means over the initialisations of one data set. Each particle
-    number is one :func:`lib.sweep.sweep` point."""
+    ``particles`` (:func:`init_design`: the scales run geometrically over ``init_scales``; with
+    ``offset`` m > 0 the initial output weights sit at ±m, the share at +m running from 1 to 0).
+    Every run steps ``h = cfg.flow_step`` for ``cfg.steps`` steps at penalty ``lam`` and
+    temperature ``sigma``; the Lagrangian is recorded with the tracker μ_w as the inner minimiser,
+    and the treatment system's asymmetry ``E tanh(c)`` beside it. A run's *late means* are both
+    averaged over flow times ``t ≥ late_from``; ``spread`` and ``spread_A`` are the sample
+    variances of the late means over the initialisations of one data set. Each particle number
+    is one :func:`lib.sweep.sweep` point."""
     particles, reps = [int(v) for v in particles], [int(s) for s in reps]
     runs = sweep(partial(_stationarity_point, root=root, reps=reps, n_inits=n_inits, n=n,
                          lam=float(lam), sigma=float(sigma), cfg=cfg,
-                         init_scales=tuple(init_scales)),
+                         init_scales=tuple(init_scales), offset=float(offset)),
                  {"n_particles": particles}, desc="stationarity")
     t = np.asarray(runs[0]["steps"]) * float(cfg.flow_step)
     L = np.stack([r["L"] for r in runs])          # (N, rep, init, time)
-    late = L[..., t >= late_from].mean(-1)         # (N, rep, init)
-    return {"t": t, "L": L, "late": late, "spread": late.var(-1, ddof=1),
-            "init_scales": np.geomspace(*init_scales, n_inits)}
+    A = np.stack([r["A"] for r in runs])
+    late_sel = t >= late_from
+    late, late_A = L[..., late_sel].mean(-1), A[..., late_sel].mean(-1)   # (N, rep, init)
+    scales, plus = init_design(n_inits, init_scales)
+    return {"t": t, "L": L, "A": A, "late": late, "late_A": late_A,
+            "spread": late.var(-1, ddof=1), "spread_A": late_A.var(-1, ddof=1),
+            "init_scales": scales, "init_plus": plus}
 
 
 def relaxation(sigmas, reps, n_inits: int, n: int, lam: float, cfg: mf.F2BMLDConfig, root: int,

@@ -103,12 +103,23 @@ class MeanFieldNet:
 
     @staticmethod
     def init(batch: int, n_particles: int, dim: int, generator: torch.Generator,
-             scale: float = 0.05, R: float = 4.0, dtype=DTYPE) -> MeanFieldNet:
+             scale: float = 0.05, R: float = 4.0, dtype=DTYPE, offset: float = 0.0,
+             plus: float | Tensor = 1.0) -> MeanFieldNet:
         """Particles drawn i.i.d. from N(0, scale² I) (the paper's small initialisation);
-        ``scale`` is a number or one value per run, shape (B,)."""
+        ``scale`` is a number or one value per run, shape (B,).
+
+        With ``offset`` m > 0 the output-weight coordinate ``c`` of the first ``round(plus·N)``
+        particles is shifted by +m and that of the others by −m: a unimodal cloud at c = +m
+        (``plus`` 1), its mirror image at c = −m (``plus`` 0) or a bimodal one in between
+        (``plus``: a number or one fraction per run, shape (B,)). Since Ψ(z, −x) = Ψ(z, x), the
+        clouds with fractions p and 1 − p are mirror images of one another."""
         scale = torch.as_tensor(scale, dtype=DTYPE)
         scale = scale.reshape(-1, 1, 1) if scale.dim() else scale
         x = scale * torch.randn(batch, n_particles, dim + 2, generator=generator, dtype=DTYPE)
+        if offset:
+            n_plus = torch.round(torch.as_tensor(plus, dtype=torch.float64).expand(batch) * n_particles)
+            sign = torch.where(torch.arange(n_particles) < n_plus.unsqueeze(-1), 1.0, -1.0)
+            x[..., -1] += offset * sign.to(DTYPE)
         return MeanFieldNet(x.to(dtype), R)
 
     @property
@@ -183,6 +194,13 @@ class MeanFieldNet:
         grad[..., -2] = gb
         grad[..., -1] = self.R * (1 - tc * tc) * gc
         return grad
+
+    def asymmetry(self) -> Tensor:
+        """``E_μ tanh(c)`` per run, (B,): the mean sign of the output weights. The objective is
+        unchanged under x → −x (Ψ(z, −x) = Ψ(z, x)), so a unique minimiser of the entropy-
+        regularised objective is symmetric and has asymmetry 0; noiseless descent keeps the
+        split of its initial particles between the two mirror-image basins."""
+        return torch.tanh(self.x[..., -1]).mean(-1)
 
     def second_moment(self) -> Tensor:
         """E_μ‖x‖² per run, (B,)."""
@@ -292,6 +310,8 @@ class F2BMLDConfig:
     sigma: float = 1e-3       # temperature σ (μ_a and μ_w; μ_w̃ runs at λσ)
     R: float = 4.0
     init_scale: float = 0.05  # or one value per run, shape (B,)
+    init_offset: float = 0.0  # shift ±m of the initial output weights c (MeanFieldNet.init)
+    init_plus: float | Tensor = 1.0  # the fraction shifted by +m: a number or one per run (B,)
     inner_steps: int = 1      # steps of μ_w and μ_w̃ per step of μ_a
     polish_steps: int = 0     # extra steps on a copy of μ_w to measure min G (0: use μ_w)
     record_every: int = 10
@@ -312,6 +332,7 @@ class F2BMLDRun:
     L: np.ndarray                          # (len(steps), B) L_λ, inner minimum polished
     snapshots: list = field(default_factory=list)  # particles of μ_a at chosen steps
     L_tracker: np.ndarray | None = None    # (len(steps), B) L_λ with the tracker μ_w as is
+    asymmetry: np.ndarray | None = None    # (len(steps), B) E tanh(c) of μ_a (MeanFieldNet.asymmetry)
 
 
 def _double(net: MeanFieldNet) -> MeanFieldNet:
@@ -380,13 +401,14 @@ def _f2bmld(data: IVData, lam, cfg: F2BMLDConfig, root: int, key: tuple,
     dtype = torch.float64 if cfg.float64 else DTYPE
     if cfg.float64:
         data = _double_data(data)
-    a = MeanFieldNet.init(B, cfg.n_particles, d_a, gen, cfg.init_scale, cfg.R, dtype)
-    w = MeanFieldNet.init(B, cfg.n_particles, d_w, gen, cfg.init_scale, cfg.R, dtype)
-    wt = MeanFieldNet.init(B, cfg.n_particles, d_w, gen, cfg.init_scale, cfg.R, dtype)
+    shape = dict(offset=cfg.init_offset, plus=cfg.init_plus)
+    a = MeanFieldNet.init(B, cfg.n_particles, d_a, gen, cfg.init_scale, cfg.R, dtype, **shape)
+    w = MeanFieldNet.init(B, cfg.n_particles, d_w, gen, cfg.init_scale, cfg.R, dtype, **shape)
+    wt = MeanFieldNet.init(B, cfg.n_particles, d_w, gen, cfg.init_scale, cfg.R, dtype, **shape)
     eta = cfg.eta / (1 + lam) if cfg.flow_step is None else torch.full_like(lam, cfg.flow_step)
     lam_col = lam.unsqueeze(-1)
     n = data.n
-    rec_steps, rec_L, rec_L_tracker, snaps = [], [], [], []
+    rec_steps, rec_L, rec_L_tracker, rec_asym, snaps = [], [], [], [], []
     data64 = _double_data(data)
     # the step coefficients of each system, (η, ζ, √(2ησ)), computed once
     step_w = langevin_coefficients(eta if cfg.common_step else cfg.eta, cfg.zeta, cfg.sigma)
@@ -423,6 +445,7 @@ def _f2bmld(data: IVData, lam, cfg: F2BMLDConfig, root: int, key: tuple,
                 L = lagrangian_from_values(ha64, w_meas(data64.W, compiled), hwt64, data64.Y, lam,
                                            cfg.zeta, cfg.sigma, regs)
                 rec_steps.append(k)
+                rec_asym.append(a.asymmetry().numpy().astype(np.float64))
                 rec_L.append(L.value.numpy().astype(np.float64))
                 if cfg.polish_steps:  # else μ_w as is was the measure: the same numbers
                     regs = tuple(regulariser(m, cfg.zeta, cfg.sigma) for m in (a64, w64, wt64))
@@ -452,4 +475,4 @@ def _f2bmld(data: IVData, lam, cfg: F2BMLDConfig, root: int, key: tuple,
         _langevin_update(a, grad_a, step_a, gen)
     return F2BMLDRun(a, w, wt, lam, np.array(rec_steps), eta.numpy().astype(np.float64),
                      np.array(rec_L), snaps,
-                     np.array(rec_L_tracker))
+                     np.array(rec_L_tracker), np.array(rec_asym))
