@@ -323,3 +323,74 @@ def test_compiled_coefficient_step_is_the_numpy_step(n, d, m, tau):
         fast.step()
     assert np.array_equal(ref.coef.gamma, fast.coef.gamma) and np.array_equal(ref.coef.rho, fast.coef.rho)
     assert np.array_equal(ref.margins(), fast.margins()) and np.abs(fast.coef.rho).max() > 0
+
+
+def test_reuse_test_set_reuses_training_noise_with_fresh_labels():
+    data, _ = small_problem(n=8, d=40)
+    test, k = M.make_reuse_test(data, 500, np.random.default_rng(1), sigma_zeta=0.0)
+    assert test.n == 500 and k.min() >= 0 and k.max() < data.n
+    np.testing.assert_array_equal(test.xi, data.xi[k])          # σ_ζ = 0: the training vectors themselves
+    np.testing.assert_array_equal(test.y, test.y_obs)
+    assert 0.4 < np.mean(test.y > 0) < 0.6                      # labels drawn afresh, not the samples'
+    assert np.mean(test.y == data.y[k]) < 0.6
+    noisy, _ = M.make_reuse_test(data, 200, np.random.default_rng(1), sigma_zeta=0.5)
+    resid = noisy.xi - data.xi[k[:200]]
+    assert resid.std() == pytest.approx(0.5, rel=0.05)
+
+
+def test_p_rates_at_least_is_the_binomial_sum():
+    def pmf(k, n, p):
+        return math.comb(n, k) * p**k * (1 - p) ** (n - k)
+
+    conv = sum(pmf(a, 5, 0.2) * pmf(b, 7, 0.4) for a in range(6) for b in range(8) if a + b <= 3)
+    assert M.p_rates_at_least(3, [5, 7], [0.2, 0.4]) == pytest.approx(conv)
+    assert M.p_rates_at_least(3, [12], [0.3]) == pytest.approx(M.p_rate_at_least(3, 12, 0.3))
+    with pytest.raises(ValueError):
+        M.p_rates_at_least(3, [5, 7], [0.2])
+
+
+def test_rise_power_and_flip_rates_and_init_event():
+    detectable, ceiling = M.rise_power(4, 900, 1000, 1e-3)
+    assert detectable == M.smallest_detectable_rise(4, 1000, 1e-3) and ceiling == pytest.approx(0.896)
+    from lib.label_noise.data import SignalNoiseData
+
+    data = SignalNoiseData(mu=np.ones(3), xi=np.eye(4, 3), y=np.array([1.0, 1.0, -1.0, -1.0]),
+                             y_obs=np.array([1.0, -1.0, -1.0, -1.0]))
+    assert M.flip_rates(data) == (0.5, 0.0)
+    W0 = np.zeros((2, 1, 3))
+    W0[0, 0] = [1.0, -1.0, 0.0]       # j = +1 activated by ξ₀ only
+    W0[1, 0] = [0.0, 1.0, 1.0]        # j = −1 activated by ξ₁ and ξ₂
+    # sample 3 (ỹ = −1, ξ₃ = 0) has no active filter of its class
+    assert not M.init_event(W0, data)
+    data2 = SignalNoiseData(mu=data.mu, xi=data.xi[:3], y=data.y[:3], y_obs=np.array([1.0, -1.0, -1.0]))
+    assert M.init_event(W0, data2)
+
+
+def test_reuse_summary_and_run_to_loss_with_the_papers_test_set():
+    kw = dict(n=20, d=200, m=4, n_snr2=10.0, sigma_xi=1.0, sigma0=0.01, eta=1 / 200, target_loss=0.2,
+              max_steps=20000, n_test=300, n_reuse=300, sigma_zeta=0.5)
+    noisy = M.run_to_loss(0.25, stream(0, "t", 1), **kw)
+    clean = M.run_to_loss(0.0, stream(0, "t", 1), **kw)
+    plain = M.run_to_loss(0.25, stream(0, "t", 1), **{**kw, "n_reuse": 0})
+    assert noisy["reached"] and clean["reached"]
+    # the extra test set is drawn last: the fresh errors and the training are those of a run without it
+    assert noisy["errors"] == plain["errors"] and noisy["steps_run"] == plain["steps_run"]
+    assert noisy["n_noisy"] > 0 and clean["n_noisy"] == 0
+    assert noisy["reuse_noisy_n"] > 0 and noisy["reuse_errors"] > clean["reuse_errors"]
+    s = M.reuse_summary([noisy, clean], 0.1)
+    assert s["errors"] == noisy["reuse_errors"] + clean["reuse_errors"] and s["trials"] == 600
+    assert s["fresh_errors"] == noisy["errors"] + clean["errors"]
+    assert s["p_reading"] == pytest.approx(M.p_rate_at_least(s["errors"], 600, 0.1))
+    assert len(noisy["reuse_error"]) == len(noisy["steps"])
+
+
+def test_pooled_selection_and_stage_one_best():
+    h = M.History(steps=np.array([0, 1, 2, 3]), clean=np.array([True, True, False]),
+                  margins=np.array([[0.0, 0.0, 0.0], [1.0, -1.0, -1.0], [1.0, 1.0, -1.0], [1.0, 1.0, 1.0]]),
+                  test_accuracy=np.array([0.5, 0.9, 0.95, 0.8]), gamma_max=np.zeros(4), rho_max=np.zeros((4, 3)))
+    sel = M.pooled_selection([h, h], 2)
+    assert sel == {"precision": 1.0, "recall": 1.0, "clean_share": pytest.approx(2 / 3),
+                   "selected_share": pytest.approx(2 / 3)}
+    assert M.pooled_selection([h], 3)["precision"] == pytest.approx(2 / 3)
+    assert list(M.stage_one_best([h, h], [(1, 3), (None, None)])) == [0.95, 0.95]
+    assert list(M.stage_one_best([h], [(3, None)])) == [0.8]

@@ -14,20 +14,24 @@ trained by full-batch gradient descent on the logistic loss of ỹ·f.
 - :mod:`.digits`: the real-data experiment (two digits, symmetric label noise, a small CNN).
 """
 
-from lib.label_noise.analysis import (detect_stages, log10_p_rate_at_least, p_rate_at_least, p_rate_at_most,
-                                      p_rise, precision_recall, select_small_loss, smallest_detectable_rise,
-                                      overtake_step, stack_runs, stage_one_appears)
-from lib.label_noise.data import make_data, mu_norm_for, snr
+from lib.label_noise.analysis import (detect_stages, log10_p_rate_at_least, overtake_step, p_rate_at_least,
+                                      p_rate_at_most, p_rates_at_least, p_rise, pooled_selection, precision_recall,
+                                      reuse_summary,
+                                      rise_power, select_small_loss, smallest_detectable_rise, stack_runs,
+                                      stage_one_appears, stage_one_best)
+from lib.label_noise.data import make_data, make_reuse_test, mu_norm_for, snr
 from lib.label_noise.digits import digits_task, train_digits
 from lib.label_noise.model import (LOG2, CoefficientGD, J, TestSet, gd_step, init_weights, logistic_loss,
                                    loss_derivative, output, preactivations, project)
 from lib.label_noise.theory import (benign_exponent, heuristic_boundary, noisy_label_error, stage_one_rates,
                                     stage_two_bound, t1_prediction)
-from lib.label_noise.training import History, log_steps, run_synthetic, run_to_loss, train, train_to_loss
+from lib.label_noise.training import (History, flip_rates, init_event, log_steps, run_synthetic, run_to_loss, train,
+                                      train_to_loss)
 
 __all__ = ["detect_stages", "log10_p_rate_at_least", "p_rate_at_least", "p_rate_at_most", "p_rise",
            "precision_recall", "select_small_loss", "smallest_detectable_rise", "stage_one_appears", "overtake_step",
-           "stack_runs", "make_data",
+           "stack_runs", "make_data", "make_reuse_test", "init_event", "flip_rates", "p_rates_at_least",
+           "rise_power", "reuse_summary", "pooled_selection", "stage_one_best",
            "mu_norm_for", "snr", "digits_task", "train_digits", "LOG2", "CoefficientGD", "J", "TestSet",
            "gd_step", "init_weights", "logistic_loss", "loss_derivative", "output", "preactivations", "project",
            "benign_exponent", "heuristic_boundary", "noisy_label_error", "stage_one_rates", "stage_two_bound",

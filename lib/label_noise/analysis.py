@@ -21,6 +21,27 @@ def p_rate_at_least(errors: int, trials: int, rate: float) -> float:
     return float(binom.cdf(errors, trials, rate))
 
 
+def p_rates_at_least(errors: int, trials, rates) -> float:
+    """p-value of "network i's error rate is ≥ ``rates[i]``, for every i" given ``errors`` pooled
+    errors of ``trials[i]`` test predictions per network: P(Σ_i Binomial(trials[i], rates[i]) ≤
+    errors), computed exactly (the binomials' pmfs convolved). A sum of independent binomials
+    with larger rates is stochastically larger, so rejecting below α has false-alarm rate ≤ α."""
+    from scipy.stats import binom
+
+    pmf = np.ones(1)
+    for n_i, r_i in zip(trials, rates, strict=True):
+        pmf = np.convolve(pmf, binom.pmf(np.arange(int(n_i) + 1), int(n_i), float(r_i)))
+    return float(min(1.0, pmf[:int(errors) + 1].sum()))
+
+
+def rise_power(better: int, right_at_start: int, trials: int, alpha: float) -> tuple[float, float]:
+    """What the paired rise test (:func:`p_rise`) can show: the smallest rise of the error rate it
+    declares at level ``alpha`` given ``better`` improved points (:func:`smallest_detectable_rise`),
+    and the largest rise the design could show at all, every point right at the start turning
+    wrong and none improving beyond ``better``: (right_at_start − better)/trials."""
+    return smallest_detectable_rise(better, trials, alpha), max(right_at_start - better, 0) / trials
+
+
 def log10_p_rate_at_least(errors: int, trials: int, rate: float) -> float:
     """log₁₀ of :func:`p_rate_at_least`, for p-values below the smallest float."""
     from scipy.special import logsumexp
@@ -95,3 +116,54 @@ def stage_one_appears(h: History, fit: float = 0.98, ignored: float = 0.15) -> b
     """A clean Stage I: some recorded step with ≥ ``fit`` of the clean samples fitted while at
     most ``ignored`` of the noisy samples are fitted to their wrong labels."""
     return bool(np.any((h.accuracy("clean") >= fit) & (h.accuracy("noisy") <= ignored)))
+
+
+def reuse_summary(runs, bound: float) -> dict:
+    """Pool the runs of :func:`~lib.label_noise.training.run_to_loss` that carry the paper's test
+    set (``n_reuse`` > 0): errors and points on it (``errors``, ``trials``, ``error``), on the
+    points whose noise vector is a noisy training sample's (``noisy_errors``, ``noisy_n``) and on
+    the fresh test set (``fresh_errors``, ``fresh_trials``, ``fresh_error``), per run
+    (``per_run``), and p-values: ``p_reading`` of "every network's error on the paper's test set
+    is ≥ ``bound``" (:func:`p_rate_at_least`) and ``p_benign`` of "it is at most the fresh-noise
+    error" (the pooled fresh error, or one error in the pooled points if none,
+    :func:`p_rate_at_most`)."""
+    runs = list(runs)
+    errors = sum(r["reuse_errors"] for r in runs)
+    trials = sum(r["n_reuse"] for r in runs)
+    fresh_errors = sum(r["errors"] for r in runs)
+    fresh_trials = sum(r["n_test"] for r in runs)
+    benign_rate = max(fresh_errors / fresh_trials, 1.0 / fresh_trials)
+    return {"errors": errors, "trials": trials, "error": errors / trials,
+            "noisy_errors": sum(r["reuse_noisy_errors"] for r in runs),
+            "noisy_n": sum(r["reuse_noisy_n"] for r in runs),
+            "fresh_errors": fresh_errors, "fresh_trials": fresh_trials, "fresh_error": fresh_errors / fresh_trials,
+            "per_run": [r["reuse_errors"] / r["n_reuse"] for r in runs],
+            "fresh_per_run": [r["errors"] / r["n_test"] for r in runs],
+            "p_reading": p_rate_at_least(errors, trials, bound), "benign_rate": benign_rate,
+            "p_benign": p_rate_at_most(errors, trials, benign_rate)}
+
+
+def pooled_selection(histories, index: int) -> dict:
+    """Small-loss selection at recording index ``index`` of each run, pooled over the runs:
+    ``precision`` (selected that are clean), ``recall`` (clean that are selected), the share of
+    clean samples (``clean_share``, the precision of a selection blind to the loss) and of
+    selected samples (``selected_share``)."""
+    histories = list(histories)
+    selected = [select_small_loss(h.losses(index)) for h in histories]
+    tp = sum(int(np.sum(s & h.clean)) for s, h in zip(selected, histories))
+    n_sel = sum(int(s.sum()) for s in selected)
+    n_clean = sum(int(h.clean.sum()) for h in histories)
+    total = sum(len(h.clean) for h in histories)
+    return {"precision": tp / max(n_sel, 1), "recall": tp / max(n_clean, 1), "clean_share": n_clean / total,
+            "selected_share": n_sel / total}
+
+
+def stage_one_best(histories, stages) -> np.ndarray:
+    """Per run, the best test accuracy inside its detected Stage I (:func:`detect_stages`: from the
+    step at which the clean samples are fitted up to, not including, the start of Stage II; from
+    step 0 where no Stage I was detected, to the end where no Stage II was)."""
+    best = []
+    for h, (start, end) in zip(histories, stages, strict=True):
+        window = (h.steps >= (start if start is not None else 0)) & ((h.steps < end) if end is not None else True)
+        best.append(h.test_accuracy[window].max())
+    return np.array(best)

@@ -66,3 +66,16 @@ def make_data(n: int, d: int, mu_norm: float, rng: np.random.Generator, *, sigma
         xi -= np.outer(xi @ u, u)
     flip = rng.random(n) < np.where(y > 0, tau_pos, tau_neg)
     return SignalNoiseData(mu=np.asarray(mu, float), xi=xi, y=y, y_obs=np.where(flip, -y, y))
+
+
+def make_reuse_test(train: SignalNoiseData, n_test: int, rng: np.random.Generator, *,
+                    sigma_zeta: float) -> tuple[SignalNoiseData, np.ndarray]:
+    """The paper's test distribution as a secondary source describes it: a test point's noise
+    patch reuses a training noise vector, ξ_k with k uniform over the training samples, plus
+    fresh Gaussian noise ζ ~ N(0, σ_ζ² I_d); its true label y is drawn afresh (±1 equally
+    likely, independent of k) and its signal patch is y·μ. Returns the test set (observed labels
+    equal to the true ones) and the index k of each point's training noise vector."""
+    k = rng.integers(0, train.n, size=n_test)
+    y = rng.choice([-1.0, 1.0], size=n_test)
+    xi = train.xi[k] + rng.normal(0.0, sigma_zeta, size=(n_test, train.d))
+    return SignalNoiseData(mu=train.mu, xi=xi, y=y, y_obs=y), k

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from lib.label_noise.data import SignalNoiseData, make_data, mu_norm_for
+from lib.label_noise.data import SignalNoiseData, make_data, make_reuse_test, mu_norm_for
 from lib.label_noise.model import CoefficientGD, TestSet, gd_step, init_weights, logistic_loss, project
 from lib.label_noise.theory import t1_prediction
 from lib.seeding import stream
@@ -133,20 +133,31 @@ def run_synthetic(tau: float, seed: int, *, root: int, experiment: str, n: int, 
 
 def train_to_loss(data: SignalNoiseData, test: SignalNoiseData, W0: np.ndarray, eta: float,
                   target_loss: float, max_steps: int, record_points: int = 30,
-                  check_every: int = 50) -> dict:
+                  check_every: int = 50, reuse: SignalNoiseData | None = None,
+                  reuse_source: np.ndarray | None = None) -> dict:
     """Run :class:`CoefficientGD` until the mean training loss is at most ``target_loss``
     (checked every ``check_every`` steps and at the recording steps) or ``max_steps`` is reached.
 
     Returns the recording steps (log-spaced up to ``max_steps``, cut where training stopped,
     plus the last step), the training loss, the test error against the true labels and the
     training accuracy on the clean and on the noisy samples at each, and at the last step the
-    number of test errors, ``steps`` run and whether the target was ``reached``."""
+    number of test errors, ``steps`` run and whether the target was ``reached``.
+
+    With ``reuse`` (a second test set, the paper's: :func:`~lib.label_noise.data.make_reuse_test`)
+    and ``reuse_source`` (the training index of each of its points' noise vector) it also records
+    that set's error against the true labels at each recording step (``reuse_error``) and, at the
+    last step, its number of errors (``reuse_errors``, of ``n_reuse``) and the errors and points
+    among those whose noise vector is a noisy training sample's (``reuse_noisy_errors``,
+    ``reuse_noisy_n``)."""
     gd = CoefficientGD(W0, data, eta)
     tester = TestSet(gd, W0, test)
+    reuser = TestSet(gd, W0, reuse) if reuse is not None else None
     grid = set(int(s) for s in log_steps(max_steps, record_points))
     clean = data.clean
     rec: dict[str, list] = {"steps": [], "loss": [], "test_error": [], "clean_fit": [], "noisy_fit": []}
-    t, errors, loss = 0, 0, float("inf")
+    if reuser is not None:
+        rec["reuse_error"] = []
+    t, errors, loss, reuse_wrong = 0, 0, float("inf"), None
     while True:
         if t % check_every == 0 or t in grid or t >= max_steps:
             margins = gd.margins()
@@ -154,6 +165,9 @@ def train_to_loss(data: SignalNoiseData, test: SignalNoiseData, W0: np.ndarray, 
             done = loss <= target_loss or t >= max_steps
             if t in grid or done:
                 errors = int(np.sum(test.y * tester.output() <= 0))
+                if reuser is not None:
+                    reuse_wrong = reuse.y * reuser.output() <= 0
+                    rec["reuse_error"].append(float(reuse_wrong.mean()))
                 fit = margins > 0
                 for key, v in (("steps", t), ("loss", loss), ("test_error", errors / test.n),
                                ("clean_fit", fit[clean].mean() if clean.any() else np.nan),
@@ -164,21 +178,51 @@ def train_to_loss(data: SignalNoiseData, test: SignalNoiseData, W0: np.ndarray, 
         gd.step()
         t += 1
     out = {k: np.asarray(v, float) for k, v in rec.items()}
-    return out | {"steps": out["steps"].astype(int), "errors": errors, "n_test": test.n,
-                  "steps_run": t, "reached": bool(loss <= target_loss), "final_loss": loss}
+    out |= {"steps": out["steps"].astype(int), "errors": errors, "n_test": test.n,
+            "steps_run": t, "reached": bool(loss <= target_loss), "final_loss": loss}
+    if reuser is not None:
+        from_noisy = ~clean[np.asarray(reuse_source)]
+        out |= {"reuse_errors": int(reuse_wrong.sum()), "n_reuse": reuse.n,
+                "reuse_noisy_errors": int(reuse_wrong[from_noisy].sum()), "reuse_noisy_n": int(from_noisy.sum())}
+    return out
+
+
+def init_event(W0: np.ndarray, data: SignalNoiseData) -> bool:
+    """Whether every training sample has, at initialisation, a filter of its observed class that
+    its noise activates (some r with ⟨w⁽⁰⁾_{ỹ_i,r}, ξ_i⟩ > 0). A sample without one can grow no
+    noise coefficient of its own class: a noisy one is then fitted only by pulling the signal
+    coefficient down. The analysis assumes an initialisation on which this holds."""
+    pre = W0.reshape(-1, W0.shape[-1]) @ data.xi.T                       # (2m, n)
+    pre = pre.reshape(W0.shape[:2] + (data.n,))
+    own = np.where(data.y_obs > 0, 0, 1)                                 # index of j = ỹ_i
+    return bool(np.all((pre[own, :, np.arange(data.n)] > 0).any(axis=1)))
 
 
 def run_to_loss(tau: float, rng: np.random.Generator, *, n: int, d: int, m: int, n_snr2: float,
                 sigma_xi: float, sigma0: float, eta: float, target_loss: float, max_steps: int,
-                n_test: int, record_points: int = 30) -> dict:
+                n_test: int, record_points: int = 30, n_reuse: int = 0, sigma_zeta: float = 0.0) -> dict:
     """One run of :func:`train_to_loss` on data (symmetric flips at rate ``tau``), a test set and
-    W⁽⁰⁾ drawn from ``rng``, in that order; adds the run's predicted T₁."""
+    W⁽⁰⁾ drawn from ``rng``, in that order, and then, with ``n_reuse`` > 0, a second test set of
+    the paper's kind (:func:`~lib.label_noise.data.make_reuse_test`, fresh noise of standard
+    deviation ``sigma_zeta``); adds the run's predicted T₁, its number of noisy samples and
+    whether its initialisation is in :func:`init_event`. The draws do not depend on ``tau``: runs
+    with and without label noise share everything but the flipped labels."""
     from threadpoolctl import threadpool_limits
 
     mu_norm = mu_norm_for(n_snr2, n, d, sigma_xi)
     data = make_data(n, d, mu_norm, rng, sigma_xi=sigma_xi, tau_pos=tau, tau_neg=tau)
     test = make_data(n_test, d, mu_norm, rng, sigma_xi=sigma_xi, mu=data.mu)
     W0 = init_weights(m, d, sigma0, rng)
+    reuse, source = make_reuse_test(data, n_reuse, rng, sigma_zeta=sigma_zeta) if n_reuse else (None, None)
     with threadpool_limits(limits=1):
-        out = train_to_loss(data, test, W0, eta, target_loss, max_steps, record_points)
-    return out | {"t1": t1_prediction(n, m, eta, sigma_xi, d), "n_noisy": int((~data.clean).sum())}
+        out = train_to_loss(data, test, W0, eta, target_loss, max_steps, record_points,
+                            reuse=reuse, reuse_source=source)
+    return out | {"t1": t1_prediction(n, m, eta, sigma_xi, d), "n_noisy": int((~data.clean).sum()),
+                  "init_event": init_event(W0, data), "flip_rates": flip_rates(data)}
+
+
+def flip_rates(data: SignalNoiseData) -> tuple[float, float]:
+    """The flip shares a training set realised: (τ̂₊, τ̂₋), the share of class +1 and of class −1
+    samples whose observed label is flipped (0 for a class with no samples)."""
+    pos = data.y > 0
+    return tuple(float(np.mean(~data.clean[mask])) if mask.any() else 0.0 for mask in (pos, ~pos))
