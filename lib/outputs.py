@@ -142,11 +142,11 @@ class Survey:
 def survey(folder: Path, slug: str, root: Path | None) -> Survey:
     """Sort ``folder``'s files into the run's own, changed and foreign; UnsafeOutput (one line)
     for a folder no run of ``slug`` may write into."""
-    entries = files_under(folder)
-    if not entries:
-        return Survey()
+    if not any(entry.name not in LITTER for entry in folder.iterdir()):
+        return Survey()  # empty: filled
     manifest = read_manifest(folder)
     if manifest is not None:
+        entries = files_under(folder)
         if manifest["chapter"] not in (None, slug):
             raise UnsafeOutput(f"output folder {folder} holds a run of {manifest['chapter']}, not of {slug}: "
                                "give another folder")
@@ -164,7 +164,8 @@ def survey(folder: Path, slug: str, root: Path | None) -> Survey:
             else:
                 result.foreign.append(rel)
         return result
-    # before manifests: the marker (or inside the book's own _build/, the layout alone)
+    # before manifests: the marker (or inside the book's own _build/, the layout alone); a
+    # user's folder is refused from its top level, without walking it
     foreign = _legacy_foreign(folder, slug)
     legacy = root is not None and folder.is_relative_to(Path(root).resolve() / "_build")
     if not foreign and not (folder / MARKER).is_file() and not legacy:
@@ -173,7 +174,7 @@ def survey(folder: Path, slug: str, root: Path | None) -> Survey:
     if foreign:
         raise UnsafeOutput(f"output folder {folder} holds files a run of {slug} did not write "
                            f"({_names(foreign)}): give a new or empty folder")
-    return Survey(ours={rel: digest(folder / rel) for rel in entries if rel != MARKER})
+    return Survey(ours={rel: digest(folder / rel) for rel in files_under(folder) if rel != MARKER})
 
 
 def _names(paths: list[str], most: int = 3) -> str:
