@@ -71,6 +71,22 @@ def test_a_rerun_leaves_a_png_in_figures_and_a_file_written_while_it_runs(projec
     assert set(read_manifest(out)["files"]) == {"results.json", f"{SLUG}.ipynb"}
 
 
+def test_a_result_that_cannot_go_in_place_is_kept_and_named(project, tmp_path):
+    out = tmp_path / "ch99"
+    assert run(project, out).returncode == 0
+    result = {}
+    rerun = threading.Thread(target=lambda: result.update(r=run(project, out, "--force", "-p", "sleep_s", "6")))
+    rerun.start()
+    time.sleep(3)
+    edited = plant(out / "results.json")  # the user edits the run's result while the rerun runs
+    rerun.join()
+    r = result["r"]
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    assert still_there(edited) and "results.json" in r.stderr
+    kept = Path(r.stderr.split("is kept in ", 1)[1].split()[0])
+    assert json.loads((kept / "results.json").read_text())["parameters"]["sleep_s"] == 6.0
+
+
 def test_an_empty_folder_is_filled_not_replaced(project, tmp_path):
     out = tmp_path / "scratch"
     out.mkdir()
