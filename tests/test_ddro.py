@@ -492,3 +492,56 @@ def test_ddro_optimiser_reaches_an_optimum_at_the_clip():
     assert 0 < (1 - clip) / alpha - g[1] < 0.02
     assert n[0] < 200 and excess[0] <= 1e-13
     np.testing.assert_allclose(pol[0], optimum[0], atol=1e-7)
+
+
+# ----------------------------------------------------------------------------------------------
+# The rate claims' statistics (lib.ddro.analysis)
+# ----------------------------------------------------------------------------------------------
+
+
+def test_slope_fit_uses_the_pair_counts_from_fit_from_and_sizes_its_band():
+    from scipy import stats
+
+    Ns = [100, 1000, 10000, 100000]
+    rng = np.random.default_rng(0)
+    exact = np.array([[1 / np.sqrt(N)] * 5 for N in Ns])
+    bent = exact.copy()
+    bent[0] *= 3.0                                      # a finite-N excess at the smallest N only
+    fit = D.slope_fit(Ns, bent, rng, 1e-3, fit_from=1000)
+    assert fit["Ns"] == [1000, 10000, 100000] and fit["slope"] == pytest.approx(-0.5)
+    assert D.slope_fit(Ns, bent, rng, 1e-3)["slope"] < -0.6      # the excess steepens a fit from N = 100
+    noisy = exact * np.exp(rng.normal(scale=0.2, size=exact.shape))
+    fit = D.slope_fit(Ns, noisy, rng, 1e-3)
+    assert fit["se"] > 0 and fit["z"] == pytest.approx(stats.norm.isf(5e-4))
+    assert fit["low"] == pytest.approx(-0.5 - fit["z"] * fit["se"])
+    assert fit["high"] - fit["low"] == pytest.approx(2 * fit["half"])
+    with pytest.raises(ValueError, match="two pair counts"):
+        D.slope_fit(Ns, bent, rng, 1e-3, fit_from=50000)
+
+
+def test_floor_slope_and_bounds():
+    Ns = [1000, 10000, 100000]
+    assert D.floor_slope(1.0, Ns, 1e5, share=1e-9) == pytest.approx(-0.5, abs=1e-6)
+    shallow = D.floor_slope(1.0, Ns, 1e5, share=0.5)
+    assert -0.5 < shallow < -0.3                        # a floor flattens the fitted slope
+    assert D.floor_slope(2.0, Ns, 1e5, share=0.5) == pytest.approx(shallow)   # C cancels
+    v = np.array([1.0, 2.0, 3.0, 4.0])
+    r = D.rate_tolerance(v, 1e-3)
+    assert r["mean"] == 2.5 and r["tol"] == pytest.approx(r["q"] * v.std(ddof=1) / 2)
+    assert D.upper_bound(v, 1e-3) > 2.5 + r["se"] * 5
+    with pytest.raises(ValueError):
+        D.rate_tolerance([1.0], 1e-3)
+
+
+def test_misspecified_ddro_column_is_ddro_with_the_wrong_share(setup):
+    pi, prefs = setup
+    from lib.seeding import stream
+
+    row = D.categorical_point(1, 3000, 0, root=0, pi=pi, prefs=prefs)
+    C = D.sample_pairs(pi, prefs[1], 3000, stream(0, "categorical-pairs", prefs[1].name, 3000, 0))
+    target = D.paired_target(pi, prefs[1])
+    want = D.tv(D.fit_ddro_categorical(pi, C.sum(1), C.sum(0), D.MISSPECIFIED_ALPHA, 1e-3), target)
+    assert row["ddro_misspecified"] == pytest.approx(want, abs=1e-12)
+    # its limit is not p₊: on expected counts the misspecified fit stays away from the target
+    E = D.expected_pairs(pi, prefs[1], 1e6)
+    assert D.tv(D.fit_ddro_categorical(pi, E.sum(1), E.sum(0), D.MISSPECIFIED_ALPHA, 1e-3), target) > 0.01

@@ -11,6 +11,7 @@ Aligning Large Language Models*, ICML 2025, arXiv:2505.07558.
 - :mod:`.neural`: a tiny autoregressive GRU policy over short token sequences and its batched
   fine-tuning to convergence.
 - :mod:`.experiments`: the chapter's studies, one sweep point at a time.
+- :mod:`.analysis`: the rate claims' statistics (slope band, bias-floor rival, rate tolerance).
 """
 
 from lib.ddro.categorical import (bt_misfit, bt_plugin_limit, bt_plugin_target, bt_plugin_tv_constant,
@@ -18,7 +19,8 @@ from lib.ddro.categorical import (bt_misfit, bt_plugin_limit, bt_plugin_target, 
                                   fit_bt_plugin, fit_ddro_categorical, fit_dpo_categorical,
                                   fit_kto_categorical,
                                   population_limits)
-from lib.ddro.experiments import categorical_point, categorical_study, neural_batch
+from lib.ddro.analysis import floor_slope, rate_tolerance, slope_fit, upper_bound
+from lib.ddro.experiments import MISSPECIFIED_ALPHA, categorical_point, categorical_study, neural_batch
 from lib.ddro.neural import (GRUPolicy, all_sequences, batched_loss, categorical_optimum, ddro_step, dpo_step,
                              fit_population, gru_weights, sequence_preference, sequence_setup, train_population,
                              tree_log_probs)
@@ -34,4 +36,4 @@ __all__ = ["Preference", "bradley_terry", "cyclic", "structures", "paired_target
            "bt_misfit", "population_limits", "all_sequences", "sequence_preference", "GRUPolicy", "ddro_step",
            "dpo_step", "fit_population", "gru_weights", "tree_log_probs", "batched_loss", "categorical_optimum",
            "train_population", "sequence_setup", "categorical_point", "categorical_study", "neural_batch",
-           "loglog_slope"]
+           "loglog_slope", "slope_fit", "floor_slope", "rate_tolerance", "upper_bound", "MISSPECIFIED_ALPHA"]

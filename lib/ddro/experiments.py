@@ -12,6 +12,11 @@ from lib.ddro.preferences import Preference, paired_target, sample_pairs, sample
 from lib.seeding import stream
 
 
+#: The negative control of DDRO's rate claims: the same fit with the density-ratio identity violated,
+#: the winners' share α taken as 0.6 where the pairs make it ½, so the ratio modelled is not p₊/π_ref.
+MISSPECIFIED_ALPHA = 0.6
+
+
 def categorical_point(structure: int, N: int, seed: int, *, root: int, pi: np.ndarray,
                       prefs: list[Preference], beta: float = 1.0, clip: float = 1e-3) -> dict:
     """One cell of :func:`categorical_study`: structure ``prefs[structure]``, ``N`` pairs,
@@ -27,6 +32,7 @@ def categorical_point(structure: int, N: int, seed: int, *, root: int, pi: np.nd
     return {"ddro": tv(fit_ddro_categorical(pi, C.sum(1), C.sum(0), 0.5, clip), target),
             "dpo": tv(_policy(np.log(pi) + h), target),
             "bt": tv(bt_plugin_target(pi, beta * h), target),
+            "ddro_misspecified": tv(fit_ddro_categorical(pi, C.sum(1), C.sum(0), MISSPECIFIED_ALPHA, clip), target),
             "ddro_unpaired": tv(fit_ddro_categorical(
                 pi, npos, nneg, npos.sum() / (npos.sum() + nneg.sum()), clip), target),
             "kto": tv(fit_kto_categorical(pi, npos, nneg, beta), target)}
@@ -40,7 +46,8 @@ def categorical_study(pi: np.ndarray, prefs: list[Preference], Ns, seeds,
     ``ddro`` (paired, α = ½), ``dpo`` (paired), ``bt`` (the Bradley–Terry plug-in of p₊ on the
     same pairs: DPO's scores times β, so the two share one fit), ``ddro_unpaired`` and ``kto`` (2N unpaired
     responses, each labelled preferred when it beats a fresh draw from π_ref, so that p₊ is the
-    same as for pairs; α estimated by N₊/N). The cells run through :func:`lib.sweep.sweep`
+    same as for pairs; α estimated by N₊/N) and ``ddro_misspecified`` (DDRO on the same pairs with
+    α = :data:`MISSPECIFIED_ALPHA`, the negative control). The cells run through :func:`lib.sweep.sweep`
     (``sweep_kw`` goes to it), locally or on a cluster, with the same result."""
     import functools
 
@@ -54,7 +61,8 @@ def categorical_study(pi: np.ndarray, prefs: list[Preference], Ns, seeds,
                     seeds=[int(s) for s in seeds], desc="categorical study", **sweep_kw)
     for r in records:
         r["structure"] = prefs[r["structure"]].name
-    return pd.DataFrame(records, columns=["structure", "N", "seed", "ddro", "dpo", "bt", "ddro_unpaired", "kto"])
+    return pd.DataFrame(records, columns=["structure", "N", "seed", "ddro", "dpo", "bt", "ddro_unpaired", "kto",
+                                          "ddro_misspecified"])
 
 
 def neural_batch(N: int, kind: str, seed: int, *, replicates: int, vocab: int, length: int, hidden: int,
