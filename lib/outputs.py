@@ -246,6 +246,9 @@ def check_output(path: str | os.PathLike, slug: str, root: Path | None = None) -
             found = survey(out, slug, root)
             certain = {"results.json", f"{slug}.ipynb", MARKER}
             blocked = sorted(set(found.changed) | {rel for rel in found.foreign if rel in certain})
+            figures = out / "figures"
+            if os.path.lexists(figures) and (figures.is_symlink() or not figures.is_dir()):
+                blocked.append("figures")  # a run's figures would land wherever it points
             if blocked:
                 raise UnsafeOutput(f"output folder {out}: {_names(blocked)} changed since its run wrote it or is "
                                    "not the run's, and a run replaces only its own unchanged files: "
@@ -299,7 +302,8 @@ def commit(staging: Path, out: Path, slug: str, root: Path | None = None) -> lis
         raise CommitError(f"the run finished but its result could not be put in {out} "
                           f"({getattr(exc, 'strerror', None) or exc}); it is kept in {kept}") from None
     blocked = [rel for rel in new if (os.path.lexists(out / rel) and rel not in found.ours)
-               or any((out / p).exists() and not (out / p).is_dir() for p in Path(rel).parents if str(p) != ".")]
+               or any(os.path.lexists(out / p) and ((out / p).is_symlink() or not (out / p).is_dir())
+                      for p in Path(rel).parents if str(p) != ".")]
     if blocked:
         kept = _keep(staging, out)
         raise CommitError(f"the run finished but {_names(blocked)} in {out} changed or appeared during the run and "

@@ -137,6 +137,20 @@ def test_editor_litter_is_ignored_not_refused(tmp_path):
     assert verify(out)
 
 
+def test_a_figures_link_of_the_users_is_neither_followed_nor_replaced(tmp_path):
+    out = tmp_path / "run"
+    run_into(out, figures=())
+    elsewhere = tmp_path / "my-figures"
+    mine = plant(elsewhere / "a.png")
+    (out / "figures").symlink_to(elsewhere)
+    with pytest.raises(UnsafeOutput, match="figures"):
+        check_output(out, SLUG)
+    staging = finished_run(staging_folder(out), figures=("a",))
+    with pytest.raises(CommitError, match="is kept in"):  # appearing during a run: not followed either
+        commit(staging, out, SLUG)
+    assert still_there(mine) and (out / "figures").is_symlink() and sorted(os.listdir(elsewhere)) == ["a.png"]
+
+
 # -- the final move is checked before any work --------------------------------------------------
 
 def test_a_mount_point_is_refused_before_any_work(tmp_path, monkeypatch):
