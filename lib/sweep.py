@@ -39,7 +39,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import itertools
-import json
 import os
 import pickle
 import sys

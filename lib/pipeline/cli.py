@@ -10,9 +10,11 @@
     companion bench swr [...]
     companion strip [NOTEBOOK...]
     companion clean --points                  remove the kept sweep points (resume data)
-    companion record CH... [--profile P]          store the run as book/records/P/<slug>.json
+    companion record CH... [--profile P] [--from DIR]   store the run as book/records/P/<slug>.json
     companion profile CH [--profile P] [-p NAME VALUE]...   where a run's time goes, FLOP/s vs peak
-    companion verify CH... [--profile P] [--scheduler ADDRESS]   rerun, compare with the record
+    companion verify CH... [--profile P] [--scheduler ADDRESS] [--run DIR]   recompute (or read DIR),
+                                              compare with the record
+    companion rekey CH... [--profile paper]   carry stale records whose canary gives the same numbers
     companion --version
 
 Exit codes of ``run`` and ``build``: 0 every theorem claim held, 1 a notebook failed,
@@ -131,11 +133,20 @@ def _parser() -> argparse.ArgumentParser:
     record = sub.add_parser("record", help="store a chapter's run as a committed record (book/records/)")
     record.add_argument("chapters", nargs="+", metavar="CH", help="number (1, 01) or slug; 'all'")
     record.add_argument("--profile", default="default", choices=PROFILES)
+    record.add_argument("--from", dest="from_dir", type=Path, metavar="DIR",
+                        help="the run folder to record (default: the book's run of the profile)")
 
     verify = sub.add_parser("verify", help="rerun recorded chapters and compare with their records")
     verify.add_argument("chapters", nargs="+", metavar="CH", help="number (1, 01) or slug; 'all'")
     verify.add_argument("--profile", default="default", choices=PROFILES)
     verify.add_argument("--scheduler", help="Dask scheduler address for the chapters' sweeps")
+    verify.add_argument("--run", type=Path, metavar="DIR",
+                        help="compare the run in DIR with the record instead of recomputing")
+
+    rekey = sub.add_parser("rekey", help="carry stale records to the current code where their canary "
+                                         "(the quick run) gives the same claims and metrics")
+    rekey.add_argument("chapters", nargs="+", metavar="CH", help="number (1, 01) or slug; 'all'")
+    rekey.add_argument("--profile", default="paper", choices=PROFILES)
 
     prof = sub.add_parser("profile", help="run one chapter with profiling on: time per cell and "
                                           "sweep function, FLOP/s against the matmul peak")
@@ -239,17 +250,20 @@ def cmd_run(book: Book, args) -> int:
 
 
 def cmd_status(book: Book, args) -> int:
-    print(f"profile {args.profile} (runs in {book.build_dir / 'runs' / args.profile}; "
-          "--profile quick|default|paper for another)")
+    """Per chapter: its run at the profile (cached, stale or not run) and its record there
+    (current, stale and what changed, or none)."""
+    print(f"profile {args.profile} (runs in {book.build_dir / 'runs' / args.profile}, records in "
+          f"book/records/{args.profile}; --profile quick|default|paper for another)")
+    states = records.record_states(book, args.profile)
     for ch in book.chapters():
         params = resolve(book, ch, args.profile, {})
         fresh, doc = is_fresh(book, ch, params, book.run_dir(args.profile, ch))
         if doc is None:
-            print(f"{ch.slug:<40} not run")
-            continue
-        state = "cached" if fresh else "stale"
-        print(f"{ch.slug:<40} {state:<7} {tally(doc.get('claims', []))}, "
-              f"{doc['provenance'].get('runtime_s', 0):.1f}s")
+            run = "not run"
+        else:
+            run = (f"run: {'cached' if fresh else 'stale'}, {tally(doc.get('claims', []))}, "
+                   f"{doc['provenance'].get('runtime_s', 0):.1f}s")
+        print(f"{ch.slug:<40} {run}; record: {states[ch.slug]}")
     return OK
 
 
@@ -359,7 +373,8 @@ def cmd_profile(book: Book, args) -> int:
 
 COMMANDS = {"list": cmd_list, "run": cmd_run, "params": cmd_params, "status": cmd_status, "build": cmd_build,
             "seeds": cmd_seeds, "bench": cmd_bench, "strip": cmd_strip, "clean": cmd_clean,
-            "record": records.cmd_record, "verify": records.cmd_verify, "profile": cmd_profile}
+            "record": records.cmd_record, "verify": records.cmd_verify, "rekey": records.cmd_rekey,
+            "profile": cmd_profile}
 
 
 def main(argv: list[str] | None = None) -> int:

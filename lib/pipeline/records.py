@@ -15,32 +15,46 @@ and compares the verdicts of its claims and its metrics with the record.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
 import os
 import platform
-import sys
-from datetime import datetime
+import shutil
+import subprocess
+from datetime import UTC, datetime
 from html import escape
 from pathlib import Path
 
 from lib.claims import format_value, status_of, tally
 from lib.pipeline.chapters import Book, ChapterSource, UsageError
-from lib.pipeline.runner import ENV_FILES, cache_key, is_fresh, notebook_fingerprint, resolve
+from lib import digests
+from lib.pipeline.runner import ENV_FILES, is_fresh, resolve
 from lib.render import ClaimsTable
 
-RECORD_VERSION = 1
+RECORD_VERSION = 2
+#: Records written before the syntax-tree digests: read and shown, stale until rekeyed.
+OLD_VERSIONS = (1,)
 #: The profile the book's pages show records of.
 SHOWN = "paper"
 #: Placeholder in book/reproducing.md replaced by the table of records.
 TABLE_MARKER = "<!-- paper-records -->"
 #: Metrics that are wall-clock measurements: they differ between any two runs.
 TIMINGS = "timings"
-#: How far a rerun's metric may move and still agree with the record.
+#: How far a rerun's metric may move and still agree with a record made on another CPU model or
+#: with other library versions (float32 reassociation by other vector widths or kernels); on the
+#: same CPU model and library versions a rerun must give every number exactly.
 RTOL, ATOL = 1e-6, 1e-12
+#: The canary: the profile whose run stands for a record's numbers when it is carried across a
+#: refactor (`companion rekey`).
+CANARY = "quick"
 #: Metrics shown on a chapter page (the record keeps them all).
 SHOWN_METRICS = 24
+#: How a record was last confirmed.
+RECOMPUTED, CARRIED = "recomputed", "carried by canary"
+#: The numerical libraries whose versions, with the CPU model, decide whether verify is exact.
+LIBRARIES = ("numpy", "torch", "scipy", "numba")
 
 
 def record_path(book: Book, profile: str, chapter: ChapterSource) -> Path:
@@ -55,7 +69,8 @@ def load(book: Book, profile: str, chapter: ChapterSource) -> dict | None:
         return None
     try:
         record = json.loads(path.read_text())
-        ok = (record.get("record_version") == RECORD_VERSION and record.get("chapter") == chapter.slug
+        ok = (record.get("record_version") in (RECORD_VERSION, *OLD_VERSIONS)
+              and record.get("chapter") == chapter.slug
               and {"parameters", "claims", "metrics", "inputs"} <= set(record)
               and {"cache_key", "deps"} <= set(record.get("provenance", {})))
     except (OSError, ValueError, AttributeError):
@@ -71,33 +86,105 @@ def _digest(data: bytes) -> str:
 
 
 def inputs(book: Book, chapter: ChapterSource, deps: list[str]) -> dict:
-    """A fingerprint of each input of the cache key (parameters aside: the record keeps them)."""
-    files = {}
-    for rel in [*ENV_FILES, *sorted(deps)]:
-        p = book.root / rel
-        files[rel] = _digest(p.read_bytes()) if p.exists() else "missing"
-    return {"notebook": _digest(notebook_fingerprint(chapter.path)), "python": sys.version, "files": files}
+    """The digest of each input that can change a number (lib.digests): the notebook's code cells,
+    the resolved environment, each source file of ``deps`` (presentation modules excepted)."""
+    return {"notebook": digests.notebook_digest(chapter.path),
+            "environment": digests.environment(book.root),
+            "files": {rel: digests.file_digest(book.root / rel, rel) for rel in sorted(deps)}}
+
+
+_ISA = {"x86-64-v2": {"cx16", "lahf_lm", "popcnt", "sse4_1", "sse4_2", "ssse3"},
+        "x86-64-v3": {"avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsave"},
+        "x86-64-v4": {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}}
+
+
+def isa_level(flags: set[str], arch: str | None = None) -> str:
+    """The x86-64 micro-architecture level the CPU flags reach (v1 to v4), or the architecture."""
+    arch = arch or platform.machine()
+    if arch not in ("x86_64", "AMD64"):
+        return arch
+    level = "x86-64-v1"
+    for name, needed in _ISA.items():
+        if not needed <= flags:
+            break
+        level = name
+    return level
 
 
 def machine() -> dict:
-    cpu = platform.processor() or platform.machine()
+    """The CPU model, its x86-64 level (from /proc/cpuinfo's flags) and the core count."""
+    cpu, flags = platform.processor() or platform.machine(), set()
     try:
-        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                   if line.startswith("model name"))
-    except (OSError, StopIteration):
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        cpu = next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), cpu)
+        flags = set(next((ln.split(":", 1)[1].split() for ln in lines if ln.startswith("flags")), []))
+    except OSError:
         pass
-    return {"cpu": cpu, "cores": os.cpu_count()}
+    return {"cpu": cpu, "isa": isa_level(flags) if flags else platform.machine(), "cores": os.cpu_count()}
 
 
-def make_record(book: Book, chapter: ChapterSource, profile: str) -> dict:
-    """The record of the chapter's current run at ``profile``; UsageError when there is none,
-    or when it is not the profile's run of the current code."""
-    run_dir = book.run_dir(profile, chapter)
+# -- the working tree -----------------------------------------------------------------------
+def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=root, text=True, capture_output=True)
+
+
+def run_inputs(book: Book, chapter: ChapterSource, deps: list[str]) -> list[str]:
+    """Every file a run of ``chapter`` depends on, relative to the root: its notebook, its deps,
+    the profiles' parameter files and the environment files."""
+    params = sorted(os.path.relpath(p, book.root) for p in book.params_dir.glob("*.yaml"))
+    return sorted({os.path.relpath(chapter.path, book.root), *deps, *params, *ENV_FILES})
+
+
+def clean_commit(book: Book, chapter: ChapterSource, deps: list[str]) -> str:
+    """The checked-out commit, when every file the run depends on is as committed there (the rest
+    of the working tree may differ); UsageError naming the files otherwise."""
+    head = _git(book.root, "rev-parse", "--short=12", "HEAD")
+    if head.returncode != 0:
+        raise UsageError(f"{book.root} is not a git checkout with a commit: a record names the commit "
+                         f"its code is")
+    paths = [p for p in run_inputs(book, chapter, deps) if (book.root / p).exists()
+             or _git(book.root, "ls-files", "--error-unmatch", p).returncode == 0]
+    out = _git(book.root, "status", "--porcelain", "--untracked-files=all", "--", *paths)
+    changed = sorted({line[3:].split(" -> ")[-1] for line in out.stdout.splitlines() if line.strip()})
+    if out.returncode != 0 or changed:
+        raise UsageError(f"{chapter.slug}: files the run depends on differ from commit {head.stdout.strip()} "
+                         f"({', '.join(changed[:5]) or out.stderr.strip()}{' …' if len(changed) > 5 else ''}): "
+                         f"commit them, or record from a clean `git worktree` checkout")
+    return head.stdout.strip()
+
+
+# -- making a record --------------------------------------------------------------------------
+#: What of a claim is a number or a verdict (its statement and tolerance are words: rewording one
+#: changes no number, and fields added to claims later are not in older canaries).
+CLAIM_NUMBERS = ("id", "kind", "theory", "simulation", "holds", "false_alarm", "verdict")
+
+
+def _claim_numbers(claim: dict) -> dict:
+    alt, power = claim.get("alternative") or {}, claim.get("power") or {}
+    return {**{k: claim.get(k) for k in CLAIM_NUMBERS}, "word": status_of(claim),
+            "alternative": [alt.get("prediction"), alt.get("rejected")] if alt else None,
+            "power": [power.get("detects"), power.get("value")] if power else None}
+
+
+def numbers(doc: dict) -> dict:
+    """What a run's numbers are for comparison: each claim's values and verdict, and its metrics
+    outside timings."""
+    return {"claims": [_claim_numbers(c) for c in doc.get("claims", [])],
+            "metrics": {k: v for k, v in (doc.get("metrics") or {}).items() if k != TIMINGS}}
+
+
+def numbers_digest(doc: dict) -> str:
+    return _digest(json.dumps(numbers(doc), sort_keys=True, allow_nan=True).encode())
+
+
+def _checked_run(book: Book, chapter: ChapterSource, profile: str, run_dir: Path) -> dict:
+    """The results of the run in ``run_dir``: the profile's run of the current code, whose inputs
+    were not edited while it ran; UsageError otherwise."""
     fresh, doc = is_fresh(book, chapter, resolve(book, chapter, profile, {}), run_dir)
     if doc is None:
-        raise UsageError(f"{chapter.slug} has no {profile} run to record "
+        raise UsageError(f"{chapter.slug} has no {profile} run to record in {run_dir} "
                          f"(run `companion run {chapter.number} --profile {profile}` first)")
-    if not fresh:
+    if not fresh or doc.get("profile") != profile or doc.get("chapter") != chapter.slug:
         raise UsageError(f"the {profile} run of {chapter.slug} in {run_dir} is not of the current code and "
                          f"profile (rerun `companion run {chapter.number} --profile {profile}` first)")
     prov = doc["provenance"]
@@ -109,12 +196,43 @@ def make_record(book: Book, chapter: ChapterSource, profile: str) -> dict:
     if edited:
         raise UsageError(f"{', '.join(edited)} changed while the {profile} run of {chapter.slug} was executing "
                          f"(rerun `companion run {chapter.number} --profile {profile}` first)")
+    return doc
+
+
+def make_record(book: Book, chapter: ChapterSource, profile: str, run_dir: Path | None = None) -> dict:
+    """The record of the chapter's run at ``profile`` in ``run_dir`` (default: the book's run
+    folder), without its canary; UsageError when there is none, when it is not the profile's run
+    of the current code, or when a file it depends on differs from the checked-out commit."""
+    doc = _checked_run(book, chapter, profile, Path(run_dir) if run_dir else book.run_dir(profile, chapter))
+    prov = doc["provenance"]
+    commit = clean_commit(book, chapter, prov["deps"])
+    now = datetime.now(UTC).isoformat(timespec="seconds")
     return {"record_version": RECORD_VERSION, "chapter": chapter.slug, "profile": profile,
             "parameters": doc["parameters"], "claims": doc["claims"], "metrics": doc.get("metrics", {}),
-            "provenance": {**{k: prov.get(k) for k in ("git", "cache_key", "started", "runtime_s", "cpu_s",
+            "provenance": {**{k: prov.get(k) for k in ("cache_key", "started", "runtime_s", "cpu_s",
                                                       "threads", "python", "torch", "numpy")},
-                           "machine": machine(), "deps": prov["deps"]},
-            "inputs": inputs(book, chapter, prov["deps"])}
+                           "git": commit, "machine": machine(), "deps": prov["deps"],
+                           "sweeps": prov.get("sweeps", [])},
+            "inputs": inputs(book, chapter, prov["deps"]),
+            "confirmed": {"method": RECOMPUTED, "commit": commit, "date": now}}
+
+
+def canary(book: Book, chapter: ChapterSource, out: Path | None = None, force: bool = False) -> dict:
+    """The chapter's canary run (its `quick` profile, cached when the code is unchanged) into
+    ``out`` (default: the book's quick run folder): ``{profile, digest, sweeps, deps}``;
+    UsageError when it fails."""
+    from lib.pipeline.runner import run_chapter
+
+    r = run_chapter(book, chapter, CANARY, {}, out, force, progress=False)
+    if r.status == "failed":
+        raise UsageError(f"{chapter.slug}: the {CANARY} canary run failed ({r.message.splitlines()[-1]})")
+    return {"profile": CANARY, "digest": numbers_digest(r.results),
+            "sweeps": r.results["provenance"].get("sweeps", []), "deps": r.results["provenance"]["deps"],
+            "results": r.results}
+
+
+def _canary_entry(c: dict) -> dict:
+    return {"profile": c["profile"], "digest": c["digest"], "sweeps": c["sweeps"]}
 
 
 def write(book: Book, record: dict) -> Path:
@@ -126,9 +244,11 @@ def write(book: Book, record: dict) -> Path:
     return path
 
 
+# -- staleness ----------------------------------------------------------------------------------
 def changes(book: Book, chapter: ChapterSource, record: dict) -> list[str]:
-    """What changed since the record was made; empty when its cache key still matches the
-    current code and the profile's parameters are still the recorded ones."""
+    """What changed since the record was made, that can change a number (lib.digests): a
+    parameter of the profile (both values), the notebook's code, Python or an installed package
+    (both versions), or a source file the run depended on. Empty: the record is current."""
     found = []
     try:
         now = resolve(book, chapter, record["profile"], {})
@@ -140,17 +260,20 @@ def changes(book: Book, chapter: ChapterSource, record: dict) -> list[str]:
         was, new = recorded.get(name, "absent"), now.get(name, "absent")
         if now and was != new:
             found.append(f"parameter {name} ({_short(was)} → {_short(new)})")
-    deps = record["provenance"]["deps"]
-    if cache_key(book, chapter, recorded, deps) != record["provenance"]["cache_key"]:
-        then, current = record["inputs"], inputs(book, chapter, deps)
-        before = len(found)
-        if current["notebook"] != then["notebook"]:
-            found.append("the notebook")
-        if current["python"] != then["python"]:
-            found.append(f"Python ({then['python'].split()[0]} → {current['python'].split()[0]})")
-        found += [rel for rel, h in current["files"].items() if then["files"].get(rel) != h]
-        if len(found) == before:
-            found.append("an input of the cache key the record does not itemise")
+    if record.get("record_version") in OLD_VERSIONS:
+        return found + ["the record predates the syntax-tree digests "
+                        f"(`companion rekey {chapter.number} --profile {record['profile']}`)"]
+    then, current = record["inputs"], inputs(book, chapter, record["provenance"]["deps"])
+    if current["notebook"] != then["notebook"]:
+        found.append("the notebook's code")
+    env_then, env_now = then["environment"], current["environment"]
+    if env_then["python"] != env_now["python"]:
+        found.append(f"Python ({env_then['python']} → {env_now['python']})")
+    for name in sorted(set(env_then["packages"]) | set(env_now["packages"])):
+        was, new = env_then["packages"].get(name, "absent"), env_now["packages"].get(name, "absent")
+        if was != new:
+            found.append(f"{name} ({was} → {new})")
+    found += [rel for rel, h in current["files"].items() if then["files"].get(rel) != h]
     return found
 
 
@@ -175,15 +298,43 @@ def flatten(value, prefix: str = "", lists: bool = True) -> dict:
     return {prefix: value}
 
 
-def _agree(a, b) -> bool:
+def _versions(record: dict) -> dict:
+    """The Python and numerical library versions a record (or this process) ran with."""
+    env = (record.get("inputs") or {}).get("environment")
+    if env:
+        return {"python": env["python"].split()[-1],
+                **{k: env["packages"].get(k, "absent") for k in LIBRARIES}}
+    prov = record.get("provenance", {})  # a record from before the environment was itemised
+    return {"python": prov.get("python"), "numpy": prov.get("numpy"), "torch": prov.get("torch")}
+
+
+def exactness(book: Book, record: dict) -> tuple[bool, str]:
+    """Whether a rerun here must give the record's numbers exactly (same CPU model and library
+    versions) or within RTOL/ATOL, and the sentence that says which and why."""
+    then_cpu = (record["provenance"].get("machine") or {}).get("cpu")
+    now_cpu = machine()["cpu"]
+    then = _versions(record)
+    now = _versions({"inputs": {"environment": digests.environment(book.root)}})
+    differ = [f"{k} {then[k]} → {now.get(k)}" for k in then if then[k] != now.get(k)]
+    if then_cpu == now_cpu and not differ:
+        return True, f"compared exactly (same CPU model, {now_cpu}, and library versions)"
+    why = "; ".join(filter(None, [f"CPU {then_cpu} → {now_cpu}" if then_cpu != now_cpu else "", *differ]))
+    return False, f"compared within a relative {RTOL:g} (absolute {ATOL:g}) since {why}"
+
+
+def _agree(a, b, exact: bool) -> bool:
     numbers = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (a, b))
-    return math.isclose(a, b, rel_tol=RTOL, abs_tol=ATOL) if numbers else a == b
+    if not numbers:
+        return a == b
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) and math.isnan(b)
+    return a == b if exact else math.isclose(a, b, rel_tol=RTOL, abs_tol=ATOL)
 
 
-def compare(record: dict, doc: dict) -> list[str]:
+def compare(record: dict, doc: dict, exact: bool = False) -> list[str]:
     """Where a rerun's results.json differs from the record: a claim's word (holds, FAILS, an
-    empirical verdict) or whether its alternative is rejected, and each metric beyond RTOL/ATOL
-    (timings exempt)."""
+    empirical verdict) or whether its alternative is rejected, and each metric leaf outside
+    timings: exactly (``exact``) or beyond RTOL/ATOL."""
     diffs = []
     old = {c["id"]: c for c in record["claims"]}
     new = {c["id"]: c for c in doc.get("claims", [])}
@@ -196,14 +347,18 @@ def compare(record: dict, doc: dict) -> list[str]:
         rejected = [(c.get("alternative") or {}).get("rejected") for c in (old[cid], new[cid])]
         if rejected[0] != rejected[1]:
             diffs.append(f"claim {cid}: alternative rejected {rejected[0]} in the record, {rejected[1]} now")
-    strip = lambda m: {k: v for k, v in (m or {}).items() if k != TIMINGS}  # noqa: E731
-    old_m, new_m = flatten(strip(record.get("metrics"))), flatten(strip(doc.get("metrics")))
+    old_m, new_m = flatten(numbers(record)["metrics"]), flatten(numbers(doc)["metrics"])
     for key in sorted(set(old_m) | set(new_m)):
         if key not in old_m or key not in new_m:
             diffs.append(f"metric {key}: {'not in the rerun' if key in old_m else 'not in the record'}")
-        elif not _agree(old_m[key], new_m[key]):
-            diffs.append(f"metric {key}: {format_value(old_m[key])} in the record, {format_value(new_m[key])} now")
+        elif not _agree(old_m[key], new_m[key], exact):
+            diffs.append(f"metric {key}: {_exact(old_m[key], exact)} in the record, {_exact(new_m[key], exact)} now")
     return diffs
+
+
+def _exact(value, exact: bool) -> str:
+    """A metric as shown in a difference: every digit when compared exactly."""
+    return repr(value) if exact and isinstance(value, float) else format_value(value)
 
 
 # -- pages ----------------------------------------------------------------------------------
@@ -224,8 +379,20 @@ def _times(prov: dict) -> str:
 
 def _where(prov: dict) -> str:
     m = prov.get("machine") or {}
+    isa = f", {m['isa']}" if m.get("isa") else ""
     return (f"commit `{prov.get('git')}`, {str(prov.get('started'))[:10]}, {prov.get('threads')} threads on "
-            f"{m.get('cpu', '?')} ({m.get('cores', '?')} cores)")
+            f"{m.get('cpu', '?')} ({m.get('cores', '?')} cores{isa})")
+
+
+def confirmation(record: dict) -> str:
+    """How the record was last confirmed: recomputed, or carried by a canary (and from where)."""
+    c = record.get("confirmed")
+    if not c:
+        return f"recomputed at commit `{record['provenance'].get('git')}`"
+    if c["method"] == CARRIED:
+        return (f"carried by canary to commit `{c['commit']}` from `{c['from_commit']}` on {c['date'][:10]} "
+                f"(its `{CANARY}` run gives the same claims and metrics at both)")
+    return f"recomputed at commit `{c['commit']}` on {c['date'][:10]}"
 
 
 def _metrics_table(metrics: dict) -> str:
@@ -252,7 +419,10 @@ def chapter_section(book: Book, chapter: ChapterSource, profile: str = SHOWN) ->
     changed = changes(book, chapter, record)
     state = (f"**Stale:** this record no longer matches the current code and profile (changed: "
              f"{escape(', '.join(changed))}); its numbers are those of the recorded run."
-             if changed else "The record's cache key matches the current code and profile.")
+             if changed else "The record is current: nothing that can change its numbers (the notebook's "
+                             "code, the source files it ran, the installed packages, the profile's "
+                             "parameters) has changed since.")
+    state += f" Last confirmed: {confirmation(record)}."
     table = ClaimsTable(record["claims"])
     # wide: it scrolls inside a labelled region that the keyboard can reach (axe-core)
     claims = (f'<div role="region" aria-label="claims of the recorded {profile} run" tabindex="0" '
@@ -278,6 +448,7 @@ def records_table(book: Book, profile: str = SHOWN) -> str:
         recorded.append(record["provenance"])
         stale = changes(book, ch, record)
         state = f"*stale* ({escape(', '.join(stale))} changed)".replace("|", "\\|") if stale else "current"
+        state += f" ({confirmation(record)})".replace("|", "\\|")
         claims = "; ".join(filter(None, [tally(record["claims"]), _misses(record["claims"])]))
         rows.append(f"| {link} | {_times(record['provenance'])} | {claims} | {state}: "
                     f"{_where(record['provenance'])} |")
@@ -307,52 +478,199 @@ def section_cell(book: Book, chapter: ChapterSource) -> dict:
 
 # -- commands -------------------------------------------------------------------------------
 def cmd_record(book: Book, args) -> int:
-    """`companion record CH... --profile P`: writes book/records/P/<slug>.json and nothing else."""
+    """`companion record CH... --profile P [--from DIR]`: writes book/records/P/<slug>.json and
+    nothing else, with the chapter's canary (its `quick` run, cached when the code is unchanged)."""
     from lib.pipeline.cli import _select
 
-    made = [make_record(book, ch, args.profile) for ch in _select(book, args.chapters)]  # all checked first
-    for record in made:
+    chapters = _select(book, args.chapters)
+    if args.from_dir and len(chapters) > 1:
+        raise UsageError("--from takes one chapter at a time")
+    made = [(ch, make_record(book, ch, args.profile, args.from_dir)) for ch in chapters]  # all checked first
+    for ch, record in made:
+        record["canary"] = _canary_entry(canary(book, ch))
         path = write(book, record)
-        print(f"{record['chapter']} [{args.profile}] recorded: {tally(record['claims'])} "
-              f"→ {path.relative_to(book.root)}")
+        print(f"{record['chapter']} [{args.profile}] recorded at commit {record['provenance']['git']}: "
+              f"{tally(record['claims'])} → {path.relative_to(book.root)}")
     return 0
 
 
+def _rerun(book: Book, chapters, records_: dict, profile: str, scheduler) -> list:
+    from lib.pipeline.cli import _report
+    from lib.pipeline.runner import run_tasks
+
+    for ch in chapters:
+        if changed := changes(book, ch, records_[ch.slug]):
+            print(f"{ch.slug}: the record is stale (changed: {', '.join(changed)}); "
+                  f"rerunning the current code with the record's parameters")
+    tasks = [(ch, records_[ch.slug]["parameters"], book.build_dir / "verify" / profile / ch.slug)
+             for ch in chapters]
+    return run_tasks(book, tasks, profile, True, 1, scheduler, _report)  # forced: every point computed
+
+
 def cmd_verify(book: Book, args) -> int:
-    """`companion verify CH... --profile P`: rerun each recorded chapter with the record's
-    parameters (into _build/verify/) and compare with its record. 0 agree, 2 differ, 1 a rerun
-    failed, 64 bad usage."""
-    from lib.pipeline.cli import _exit, _report, _select
-    from lib.pipeline.runner import CLAIM_FAILED, EXEC_FAILED, OK, run_tasks
+    """`companion verify CH... --profile P [--run DIR]`: rerun each recorded chapter with the
+    record's parameters (forced, every sweep point computed, into _build/verify/), or read the run
+    in DIR, and compare with its record: exactly on the record's CPU model and library versions,
+    within RTOL otherwise. 0 agree, 2 differ, 1 a rerun failed, 64 bad usage."""
+    from lib import results
+    from lib.pipeline.cli import _exit, _select
+    from lib.pipeline.runner import CLAIM_FAILED, EXEC_FAILED, OK
 
     chapters = _select(book, args.chapters)
-    records = {}
+    if args.run and len(chapters) > 1:
+        raise UsageError("--run takes one chapter at a time")
+    records_ = {}
     for ch in chapters:
-        records[ch.slug] = load(book, args.profile, ch)
-        if records[ch.slug] is None:
+        records_[ch.slug] = load(book, args.profile, ch)
+        if records_[ch.slug] is None:
             raise UsageError(f"{ch.slug} has no {args.profile} record to verify "
                              f"({record_path(book, args.profile, ch).relative_to(book.root)}; "
                              f"`companion record {ch.number} --profile {args.profile}` makes one)")
-    for ch in chapters:
-        if changed := changes(book, ch, records[ch.slug]):
-            print(f"{ch.slug}: the record is stale (changed: {', '.join(changed)}); "
-                  f"rerunning the current code with the record's parameters")
-    tasks = [(ch, records[ch.slug]["parameters"], book.build_dir / "verify" / args.profile / ch.slug)
-             for ch in chapters]
-    results = run_tasks(book, tasks, args.profile, True, 1, args.scheduler, _report)
-    if _exit(results) == EXEC_FAILED:
-        return EXEC_FAILED
+    if args.run:
+        ch = chapters[0]
+        doc = results.read(args.run)
+        if doc is None or doc.get("chapter") != ch.slug:
+            raise UsageError(f"--run {args.run}: no run of {ch.slug} there (no results.json of it)")
+        if doc.get("parameters") != records_[ch.slug]["parameters"]:
+            raise UsageError(f"--run {args.run}: that run's parameters are not the record's")
+        fresh, _ = is_fresh(book, ch, doc["parameters"], Path(args.run))
+        print(f"{ch.slug}: comparing the run in {args.run} (" +
+              ("of the current code" if fresh else "NOT of the current code: it shows what that run computed")
+              + ") with the record, without recomputing")
+        pairs = [(ch, doc)]
+    else:
+        runs = _rerun(book, chapters, records_, args.profile, args.scheduler)
+        if _exit(runs) == EXEC_FAILED:
+            return EXEC_FAILED
+        pairs = [(r.chapter, r.results) for r in runs]
     code = OK
-    for r in results:
-        diffs = compare(records[r.chapter.slug], r.results)
+    for ch, doc in pairs:
+        exact, how = exactness(book, records_[ch.slug])
+        diffs = compare(records_[ch.slug], doc, exact)
         if not diffs:
-            print(f"{r.chapter.slug} [{args.profile}] agrees with its record "
-                  f"({len(r.results.get('claims', []))} claims and the metrics compared)")
+            print(f"{ch.slug} [{args.profile}] agrees with its record ({len(doc.get('claims', []))} claims "
+                  f"and the metrics {how})")
             continue
         code = CLAIM_FAILED
-        print(f"{r.chapter.slug} [{args.profile}] differs from its record in {len(diffs)} place(s):")
+        print(f"{ch.slug} [{args.profile}] differs from its record in {len(diffs)} place(s), {how}:")
         for line in diffs[:20]:
             print(f"  {line}")
         if len(diffs) > 20:
             print(f"  … and {len(diffs) - 20} more")
     return code
+
+
+@contextlib.contextmanager
+def _worktree(book: Book, commit: str):
+    """A clean checkout of ``commit`` in a temporary folder (``git worktree``), removed after."""
+    import tempfile
+
+    where = Path(tempfile.mkdtemp(prefix=f"canary-{commit[:12]}-"))
+    out = _git(book.root, "worktree", "add", "--detach", str(where / "tree"), commit)
+    if out.returncode != 0:
+        raise UsageError(f"cannot check out commit {commit}: {out.stderr.strip().splitlines()[-1]}")
+    try:
+        yield where / "tree"
+    finally:
+        _git(book.root, "worktree", "remove", "--force", str(where / "tree"))
+        shutil.rmtree(where, ignore_errors=True)
+
+
+def canary_at(book: Book, chapter: ChapterSource, commit: str) -> dict:
+    """The chapter's canary run on the code of ``commit`` (a `git worktree` checkout of it, run
+    with this environment): ``{digest, results}``; UsageError when it fails."""
+    import sys as _sys
+
+    with _worktree(book, commit) as tree:
+        out = tree / "_build" / "canary"
+        env = {**os.environ, "COMPANION_ROOT": str(tree),
+               "PYTHONPATH": os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")])}
+        env.pop("COMPANION_RUN", None)
+        proc = subprocess.run([_sys.executable, "-m", "lib.pipeline.cli", "run", chapter.slug, "--profile", CANARY,
+                               "--out", str(out)], cwd=tree, env=env, text=True, capture_output=True)
+        doc = json.loads((out / "results.json").read_text()) if (out / "results.json").exists() else None
+        if doc is None:
+            tail = (proc.stderr.strip() or proc.stdout.strip() or "no output").splitlines()[-1]
+            raise UsageError(f"{chapter.slug}: the {CANARY} canary at commit {commit} failed ({tail})")
+    return {"digest": numbers_digest(doc), "results": doc}
+
+
+def rekey(book: Book, chapter: ChapterSource, profile: str) -> tuple[bool, str]:
+    """Carry the chapter's record to the current code when its canary gives the same claims and
+    metrics (see :func:`cmd_rekey`); (carried or already current, what happened)."""
+    record = load(book, profile, chapter)
+    if record is None:
+        raise UsageError(f"{chapter.slug} has no {profile} record to rekey")
+    changed = changes(book, chapter, record)
+    if not changed:
+        return True, "current: nothing to carry"
+    if any(c.startswith("parameter ") or c.startswith("the profile's") for c in changed):
+        return False, f"stays stale: the profile's parameters changed ({', '.join(changed)}); rerun it"
+    commit = record["provenance"]["git"]
+    reference = (record.get("canary") or {}).get("digest")
+    if reference is None and str(commit).endswith("-dirty"):
+        return False, (f"stays stale: recorded from a modified working tree (commit {commit}), so its code is "
+                       f"not the commit's and no canary can stand for it; rerun "
+                       f"`companion run {chapter.number} --profile {profile}` and record it")
+    head_commit = clean_commit(book, chapter, record["provenance"]["deps"])
+    now = canary(book, chapter, book.build_dir / "canary" / CANARY / chapter.slug)
+    clean_commit(book, chapter, now["deps"])  # the canary's own deps are committed too
+    if reference is None:  # no canary stored with the record: run one at the record's commit
+        then = canary_at(book, chapter, commit)
+        reference, old_doc = then["digest"], then["results"]
+    else:
+        old_doc = None
+    missing = sorted(set(record["provenance"].get("sweeps") or []) - set(now["sweeps"]))
+    if missing:
+        return False, f"stays stale: the canary does not run the sweep functions {', '.join(missing)}"
+    if now["digest"] != reference:
+        detail = ""
+        if old_doc is not None:
+            diffs = compare(old_doc, now["results"], exact=True)
+            detail = f": {len(diffs)} difference(s), first {diffs[0]}" if diffs else ""
+        return False, (f"stays stale: its {CANARY} canary differs between commit {commit} and now "
+                       f"({reference} → {now['digest']}{detail}); rerun it")
+    deps = sorted(set(record["provenance"]["deps"]) | set(now["deps"]))
+    carried = {**record, "record_version": RECORD_VERSION,
+               "provenance": {**record["provenance"], "deps": deps,
+                              "sweeps": record["provenance"].get("sweeps") or now["sweeps"]},
+               "inputs": inputs(book, chapter, deps),
+               "canary": _canary_entry(now),
+               "confirmed": {"method": CARRIED, "commit": head_commit, "from_commit": commit,
+                             "canary_at_record": reference, "canary_now": now["digest"],
+                             "date": datetime.now(UTC).isoformat(timespec="seconds"),
+                             "changed": changed}}
+    write(book, carried)
+    return True, (f"carried by canary from commit {commit} to {head_commit} (canary {now['digest']} at both; "
+                  f"changed: {', '.join(changed)})")
+
+
+def cmd_rekey(book: Book, args) -> int:
+    """`companion rekey CH... [--profile paper]`: for each stale record, run the chapter's canary
+    (its `quick` run) on the current code and compare its claims and metrics with the canary stored
+    with the record, or, for a record without one, with the canary run at the record's commit (a
+    `git worktree` checkout). Equal: the record is carried to the current code, with the commit
+    and both canaries' digests as evidence. Otherwise it stays stale. 0 every record current or
+    carried, 2 some stay stale, 64 bad usage."""
+    from lib.pipeline.cli import _select
+
+    code = 0
+    for ch in _select(book, args.chapters):
+        ok, what = rekey(book, ch, args.profile)
+        print(f"{ch.slug} [{args.profile}]: {what}", flush=True)
+        code = code if ok else 2
+    return code
+
+
+def record_states(book: Book, profile: str) -> dict[str, str]:
+    """Each chapter's record at ``profile``: 'current', 'stale (what changed)' or 'none'."""
+    states = {}
+    for ch in book.chapters():
+        record = load(book, profile, ch)
+        if record is None:
+            states[ch.slug] = "none"
+        elif changed := changes(book, ch, record):
+            states[ch.slug] = f"stale ({', '.join(changed)})"
+        else:
+            states[ch.slug] = f"current ({confirmation(record).replace('`', '')})"
+    return states
