@@ -450,3 +450,61 @@ def test_separation_rule_by_hand():
     s = E.separation_rule([0.9, 1.0], [0.1, 0.2], [0.1, 0.2], [0.6, 0.3], 1024)
     assert not s["rival_rejected"]   # no diverse window has a larger R than a narrow one
 
+
+
+# -- shortcut-free pretraining and the controls of round 4 -----------------------------------------
+def test_shortcut_free_training_draws_independent_lengths():
+    rng = np.random.default_rng(1)
+    d = LengthDist.uniform(2, 9)
+    b = sample_train(rng, N, N_TRG, d, 2000, shortcut_free=True)
+    assert np.mean(b.l1 != b.l2) > 0.7
+    assert set(np.unique(b.l1)) <= set(d.lengths) and set(np.unique(b.l2)) <= set(d.lengths)
+    assert np.all(b.length == b.l1 + b.l2 + 3)
+    for i in range(50):
+        z = b.tokens[i, :b.length[i]]
+        assert z[b.l1[i]] == b.trigger[i] == z[-1] and z[b.l1[i] + 1] == b.target[i]
+    # the default is Definition 1, drawn exactly as before
+    a = sample_train(np.random.default_rng(1), N, N_TRG, d, 50)
+    c = sample_train(np.random.default_rng(1), N, N_TRG, d, 50, shortcut_free=False)
+    assert np.array_equal(a.tokens, c.tokens) and np.all(a.l1 == a.l2)
+
+
+def test_lemma7_next_order_fails_without_its_hypothesis():
+    d = LengthDist.uniform(4, 10)
+    kw = dict(root=0, n_vocab=32, n_pos=E.n_pos_for(15), m=4096, n_chunks=8)
+    for free, within in ((False, True), (True, False)):
+        r = E.lemma7_point(2, d, shortcut_free=free, **kw)
+        tol, _ = E.lemma7_tolerance(r["next_order"], r["se"], n_vocab=32, n_trg=2, l_min=4, n_chunks=8,
+                                    n_tests=10, false_alarm=3e-4)
+        assert (abs(r["measured"] - r["next_order"]) <= tol) == within
+
+
+def test_majority_rule_by_hand_and_at_its_boundary():
+    r = E.majority_rule([0.9, 0.88], 1024, false_alarm=2e-4)
+    assert r["holds"] and r["seeds_passing"] == 2
+    assert not E.majority_rule([0.9, 0.5], 1024, false_alarm=2e-4)["holds"]
+    assert not E.majority_rule([], 1024)["holds"]
+    m = 256
+    k = np.arange(m + 1)
+    det = E.majority_rule([1.0], m, false_alarm=2e-4)["detectable"]
+    lower = np.asarray(E.majority_rule(k / m, m, false_alarm=2e-4)["lower"])
+    assert np.all(lower[k / m >= det] >= 0.5) and np.all(lower[k / m < det] < 0.5)
+    assert 0.5 < det < 0.8
+
+
+def test_control_window_lies_above_the_threshold():
+    for n in (4, 8, 16):
+        b = E.control_window(n, 0.8, 1.15)
+        narrow = E.regime_windows(n, 0.8, 1.15)["narrow"]
+        assert b == narrow - 1 and n * TH.max_sum_ratio(LengthDist.uniform(n, b)) >= 1.15
+    assert E.control_window(2, 0.8, 1.15) is None  # Unif{2..3} is the only window above the threshold
+
+
+def test_realistic_shortcut_free_uses_its_own_streams():
+    kw = dict(root=3, m_test=64, n_vocab=8, n_trg=1, n_pos=E.n_pos_for(4), n_layers=1, d_model=16, n_heads=2,
+              batch=8, steps=3, early_stop=False)
+    a = realistic_cell(2, 4, 0, **kw)
+    b = realistic_cell(2, 4, 0, shortcut_free=True, **kw)
+    assert a == realistic_cell(2, 4, 0, **kw)
+    assert a["curve"] == b["curve"] == []
+    assert (a["accuracy"], a["pseudo"], a["id_accuracy"]) != (b["accuracy"], b["pseudo"], b["id_accuracy"])

@@ -118,10 +118,15 @@ def sample_sequences(rng: np.random.Generator, n_vocab: int, n_trg: int, l1, l2,
 
 
 def sample_train(rng: np.random.Generator, n_vocab: int, n_trg: int, dist: LengthDist,
-                 m: int) -> Batch:
-    """``m`` pretraining sequences: ``ℓ1 = ℓ2 = ℓ ~ D_ℓ``."""
+                 m: int, shortcut_free: bool = False) -> Batch:
+    """``m`` pretraining sequences: ``ℓ1 = ℓ2 = ℓ ~ D_ℓ`` (Definition 1). With
+    ``shortcut_free``, ``ℓ1`` and ``ℓ2`` are independent draws from ``D_ℓ``: the output's position
+    is no longer fixed by the sequence's length, so no positional rule (such as "the token after
+    the midpoint") answers the task and only the induction solution does."""
     ell = dist.sample(rng, m)
-    return sample_sequences(rng, n_vocab, n_trg, ell, ell, l_ref=dist.l_min)
+    if not shortcut_free:
+        return sample_sequences(rng, n_vocab, n_trg, ell, ell, l_ref=dist.l_min)
+    return sample_sequences(rng, n_vocab, n_trg, ell, dist.sample(rng, m), l_ref=dist.l_min)
 
 
 def ood_lengths(rng: np.random.Generator, l_min: int, l_max: int, m: int):

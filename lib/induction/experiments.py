@@ -39,16 +39,19 @@ def n_pos_for(l_max: int) -> int:
 
 def ood_cell(n_trg: int, l_min: int, l_max: int, seed: int, *, root: int, n_vocab: int,
              n_pos: int, eta_v: float = 1e3, eta_kq: float = 1e4, m_train: int = 8192,
-             m_test: int = 1024) -> dict:
+             m_test: int = 1024, shortcut_free: bool = False) -> dict:
     """Train the one-layer model with Algorithm 1 on ``Unif{l_min..l_max}`` and test it on the
     OOD distribution: accuracy, pseudo rate and leftmost rate, plus ``R``. ``seed`` is the
     replicate index and ``root`` the chapter seed: the cell draws from stream
-    ``("ood-cell", n_trg, l_min, l_max, n_vocab, seed)`` of ``root``."""
-    rng = stream(root, "ood-cell", n_trg, l_min, l_max, n_vocab, seed)
+    ``("ood-cell", n_trg, l_min, l_max, n_vocab, seed)`` of ``root`` (``"ood-cell-shortcut-free"``
+    with ``shortcut_free``: pretraining on independent ``ℓ1, ℓ2``, see
+    :func:`lib.induction.data.sample_train`)."""
+    rng = stream(root, "ood-cell-shortcut-free" if shortcut_free else "ood-cell", n_trg, l_min, l_max,
+                 n_vocab, seed)
     dist = LengthDist.uniform(l_min, l_max)
     emb = Embedding(n_pos, n_vocab)
     w_kq, w_v = train_two_step(rng, emb, n_trg, dist, eta_v=eta_v, eta_kq=eta_kq,
-                               m_v=m_train, m_kq=m_train)
+                               m_v=m_train, m_kq=m_train, shortcut_free=shortcut_free)
     test = sample_ood(rng, n_vocab, n_trg, l_min, l_max, m_test)
     return {"R": max_sum_ratio(dist), **evaluate(emb, test, w_kq, w_v)}
 
@@ -131,19 +134,23 @@ def ratio_grid(n_trg: int, l_lo: int, l_hi: int) -> np.ndarray:
 
 
 def lemma7_point(n_trg: int, dist: LengthDist, *, root: int, n_vocab: int, n_pos: int,
-                 m: int, eta_v: float = 1e3, eta_kq: float = 1e4, n_chunks: int = 32) -> dict:
+                 m: int, eta_v: float = 1e3, eta_kq: float = 1e4, n_chunks: int = 32,
+                 shortcut_free: bool = False) -> dict:
     """Algorithm 1 with a large sample ``m`` (the "population" version): the measured
     (largest positional entry)/(induction entry) of ``W_KQ`` beside ``N_trg·R`` and Lemma 7's
     exact leading-order ratio, its next-order ratio (:func:`lib.induction.theory.lemma7_ratio_next`)
     and ``se``, the jackknife standard error of the measured ratio over ``n_chunks`` batch means
     of the ``W_KQ`` step (the ``W_V`` step is shared by all of them). The samples come from
     stream ``("lemma7", n_trg, n_vocab, lengths, probabilities)`` of the chapter seed
-    ``root``."""
-    rng = stream(root, "lemma7", n_trg, n_vocab, dist.lengths, dist.probs)
+    ``root``. ``shortcut_free``: train on independent ``ℓ1, ℓ2`` instead (Lemma 7's hypothesis
+    ``ℓ1 = ℓ2`` violated: the chapter's negative control), from the stream keyed
+    ``"lemma7-shortcut-free"``."""
+    rng = stream(root, "lemma7-shortcut-free" if shortcut_free else "lemma7", n_trg, n_vocab,
+                 dist.lengths, dist.probs)
     parts: list = []
     w_kq, _ = train_two_step(rng, Embedding(n_pos, n_vocab), n_trg, dist, eta_v=eta_v,
                              eta_kq=eta_kq, m_v=m, m_kq=m, chunk=max(1, m // n_chunks),
-                             chunks_out=parts)
+                             chunks_out=parts, shortcut_free=shortcut_free)
     measured = measured_ratio(w_kq.numpy(), n_pos, n_vocab, n_trg)
     se = jackknife_se([p.numpy() for p in parts],
                       lambda w: measured_ratio(w, n_pos, n_vocab, n_trg)["ratio"])
@@ -238,13 +245,14 @@ def separation_rule(acc_diverse, acc_narrow, r_diverse, r_narrow, m_test: int, *
 
 
 def regime_cell(n_trg: int, l_min: int, l_max: int, seed: int, *, root: int, n_vocab: int,
-                eta_v: float, eta_kq: float, m_train: int, m_test: int = 1024) -> dict:
+                eta_v: float, eta_kq: float, m_train: int, m_test: int = 1024,
+                shortcut_free: bool = False) -> dict:
     """One window of the trained threshold test: :func:`ood_cell` with the embedding sized to
     the window (``L = 2ℓ_max + 4``), plus ``N_trg·R`` and ``exact``, the OOD accuracy of Lemma 7's
     hard-attention model (:func:`lib.induction.threshold.ood_accuracy`, no sampling)."""
     res = ood_cell(n_trg, l_min, l_max, seed, root=root, n_vocab=n_vocab,
                    n_pos=n_pos_for(l_max), eta_v=eta_v, eta_kq=eta_kq, m_train=m_train,
-                   m_test=m_test)
+                   m_test=m_test, shortcut_free=shortcut_free)
     dist = LengthDist.uniform(l_min, l_max)
     return {**res, "n_trg_R": n_trg * res["R"], "exact": ood_accuracy(dist, n_trg)}
 
@@ -291,3 +299,29 @@ def bench(repeats: int = 3) -> list[dict]:
 
 if __name__ == "__main__":
     bench()
+
+
+def majority_rule(rates, m_test: int, *, level: float = 0.5, false_alarm: float = 1e-3) -> dict:
+    """Whether a behaviour (a rate over ``m_test`` OOD sequences per seed, such as the pseudo rate)
+    is the model's majority answer on every seed: each seed's one-sided lower Wilson bound at
+    ``false_alarm`` is at least ``level``. Under the null (the true rate of some seed is below
+    ``level``) the rule passes with probability at most ``false_alarm`` (an intersection of
+    one-sided tests). Returns ``{"holds", "seeds_passing", "lower", "detectable"}``
+    (``detectable``: the smallest rate whose lower bound reaches ``level`` at ``m_test``)."""
+    lower = one_sided_wilson(np.asarray(rates, float), m_test, false_alarm)[0]
+    k = np.arange(m_test + 1)
+    reach = k[one_sided_wilson(k / m_test, m_test, false_alarm)[0] >= level]
+    passing = lower >= level
+    return {"holds": bool(passing.size > 0 and passing.all()), "seeds_passing": int(passing.sum()),
+            "lower": lower.tolist(), "detectable": float(reach[0] / m_test) if reach.size else float("nan")}
+
+
+def control_window(n_trg: int, c_lo: float, c_hi: float) -> int | None:
+    """The negative control's window for one trigger count of the trained threshold test:
+    ``Unif{N_trg..b−1}`` with ``b`` the narrow window of :func:`regime_windows` — narrower still,
+    so ``N_trg·R`` lies above ``c_hi`` as well. Judged in the narrow window's place against the
+    narrow window in the diverse one's, the pair sits wholly on the side of the threshold where
+    Theorems 5–6 say no window generalises. ``None`` where no such window exists (``b − 1`` is
+    ``N_trg``: the OOD test needs ``ℓ_min < ℓ_max``)."""
+    b = regime_windows(n_trg, c_lo, c_hi)["narrow"] - 1
+    return b if b > n_trg else None

@@ -177,8 +177,8 @@ def _grads_dense(emb: Embedding, batch: Batch, w_v: torch.Tensor, kq: bool = Tru
 
 def train_two_step(rng: np.random.Generator, emb: Embedding, n_trg: int, dist: LengthDist, *,
                    eta_v: float, eta_kq: float, m_v: int, m_kq: int,
-                   chunk: int = 16384, chunks_out: list | None = None, dense: bool = False
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
+                   chunk: int = 16384, chunks_out: list | None = None, dense: bool = False,
+                   shortcut_free: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """Algorithm 1: returns ``(W_KQ, W_V)`` (float64) after the two steps.
 
     ``m_v`` and ``m_kq`` fresh pretraining sequences for the two steps, streamed in chunks of
@@ -186,7 +186,9 @@ def train_two_step(rng: np.random.Generator, emb: Embedding, n_trg: int, dist: L
     closed forms above (tested against autograd in :func:`reference_grad`), compiled, or with
     ``dense`` the plain torch products (:func:`_grads_dense`). If ``chunks_out``
     is a list, the ``W_KQ`` step of each chunk alone (``−η_KQ`` × its mean gradient) is appended
-    to it, for batch-means errors of what the step estimates.
+    to it, for batch-means errors of what the step estimates. ``shortcut_free``: pretraining
+    sequences with independent ``ℓ1, ℓ2`` (:func:`lib.induction.data.sample_train`), which
+    violates Lemma 7's hypothesis ``ℓ1 = ℓ2``.
     """
     if 2 * dist.l_max + 3 > emb.n_pos:
         raise ValueError(f"n_pos={emb.n_pos} is too small for ℓ_max={dist.l_max} "
@@ -195,13 +197,13 @@ def train_two_step(rng: np.random.Generator, emb: Embedding, n_trg: int, dist: L
     w_v = torch.zeros(N, D, dtype=torch.float64)
     grad = torch.zeros_like(w_v)
     for start in range(0, m_v, chunk):
-        batch = sample_train(rng, N, n_trg, dist, min(chunk, m_v - start))
+        batch = sample_train(rng, N, n_trg, dist, min(chunk, m_v - start), shortcut_free)
         grad += (_grads_dense(emb, batch, w_v, kq=False) if dense
                  else _grads_at_zero_kq(emb, batch, None, kq=False))[0]
     w_v = w_v - eta_v * grad / m_v
     grad = torch.zeros(D, D, dtype=torch.float64)
     for start in range(0, m_kq, chunk):
-        batch = sample_train(rng, N, n_trg, dist, min(chunk, m_kq - start))
+        batch = sample_train(rng, N, n_trg, dist, min(chunk, m_kq - start), shortcut_free)
         part = (_grads_dense(emb, batch, w_v) if dense
                 else _grads_at_zero_kq(emb, batch, w_v, v=False))[1]
         grad += part

@@ -34,6 +34,7 @@ class RealisticConfig:
     m_check: int = 512  # held-out pretraining sequences per check
     early_stop: bool = True  # False: a fixed schedule of ``steps`` steps, whatever the accuracy
     curve_every: int = 0  # steps between OOD evaluations along training (0: none)
+    shortcut_free: bool = False  # pretrain on independent ℓ1, ℓ2 (no positional shortcut), see sample_train
 
 
 class Block(nn.Module):
@@ -86,15 +87,19 @@ def train(cfg: RealisticConfig, dist: LengthDist, *, root: int, rep: int = 0,
 
     The initialisation, the training batches and the held-out sequences come from streams
     ``("realistic-init" | "realistic-train" | "realistic-held-out", ℓ_min, ℓ_max, rep)`` of
-    the chapter seed ``root`` (``rep``: the replicate index). AdamW updates all tensors with
-    one call per operation (``foreach``): the same arithmetic as its per-tensor loop
-    (``foreach=False``; bitwise equal, see :func:`bench`) in a tenth of the operator calls."""
+    the chapter seed ``root`` (``rep``: the replicate index; with ``cfg.shortcut_free`` the key
+    starts with ``"shortcut-free"`` after the name, and pretraining draws ``ℓ1, ℓ2``
+    independently). AdamW updates all tensors with one call per operation (``foreach``): the
+    same arithmetic as its per-tensor loop (``foreach=False``; bitwise equal, see :func:`bench`)
+    in a tenth of the operator calls."""
     if 2 * dist.l_max + 3 > cfg.n_pos:
         raise ValueError(f"n_pos={cfg.n_pos} is too small for ℓ_max={dist.l_max}")
     key = (dist.l_min, dist.l_max, rep)
     rng = stream(root, "realistic-train", *key)
+    if cfg.shortcut_free:  # the positive control's own streams
+        key = ("shortcut-free", *key)
     held_out = sample_train(stream(root, "realistic-held-out", *key),
-                            cfg.n_vocab, cfg.n_trg, dist, cfg.m_check)
+                            cfg.n_vocab, cfg.n_trg, dist, cfg.m_check, cfg.shortcut_free)
     seed_torch(root, "realistic-init", *key)
     model = Transformer(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
@@ -103,7 +108,7 @@ def train(cfg: RealisticConfig, dist: LengthDist, *, root: int, rep: int = 0,
     curve = [(0, evaluate(model, ood_test)["accuracy"])] if track else []
     step, id_accuracy = 0, evaluate(model, held_out)["accuracy"]
     while step < cfg.steps and (id_accuracy < cfg.target_accuracy or not cfg.early_stop):
-        batch = sample_train(rng, cfg.n_vocab, cfg.n_trg, dist, cfg.batch)
+        batch = sample_train(rng, cfg.n_vocab, cfg.n_trg, dist, cfg.batch, cfg.shortcut_free)
         loss = nn.functional.cross_entropy(model(*_tensors(batch)),
                                            torch.as_tensor(batch.target))
         opt.zero_grad(set_to_none=True)
