@@ -25,7 +25,7 @@ def results(root: Path, profile: str = "default") -> dict:
 
 def test_tally_counts_claims_a_profile_does_not_evaluate_apart():
     claims = [{"holds": True}, {"holds": False}, {"holds": None}, {"holds": True}]
-    assert tally(claims) == "2/3 claims hold (1 not evaluated at this profile)"
+    assert tally(claims) == "2/3 claims hold (1 skipped at this profile)"
     assert tally(claims[:2]) == "1/2 claims hold"
 
 
