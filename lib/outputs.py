@@ -255,10 +255,10 @@ def check_output(path: str | os.PathLike, slug: str, root: Path | None = None) -
                                    "move it away or give a new folder")
             for folder in [out, *(p for p in (out / "figures",) if p.is_dir())]:
                 if not os.access(folder, os.W_OK | os.X_OK):
-                    raise UnsafeOutput(f"output folder {folder} cannot be written (permissions)")
+                    raise UnsafeOutput(f"output folder {folder}: cannot write there (permissions)")
         parent = _existing_parent(out)
         if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-            raise UnsafeOutput(f"output folder {out}: {parent} cannot be written")
+            raise UnsafeOutput(f"output folder {out}: cannot write there ({parent} is not a writable folder)")
     except OSError as exc:
         raise UnsafeOutput(f"output folder {out}: {exc.strerror or type(exc).__name__}") from None
     return out

@@ -168,7 +168,7 @@ def test_an_unwritable_folder_is_refused_before_any_work(tmp_path, monkeypatch):
     out = tmp_path / "ro"
     out.mkdir()
     monkeypatch.setattr(os, "access", lambda p, mode: Path(p) != out)  # root may write anywhere
-    with pytest.raises(UnsafeOutput, match="cannot be written"):
+    with pytest.raises(UnsafeOutput, match="cannot write there"):
         check_output(out, SLUG)
 
 
