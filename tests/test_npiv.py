@@ -59,6 +59,22 @@ def test_gaussian_neg_entropy():
     assert abs(net.gaussian_neg_entropy().item() - expected) < 0.02
 
 
+def test_logdet_bias_is_exact_for_gaussian_clouds():
+    """Over many clouds of 16 Gaussian particles in 5 dimensions the mean log det of the sample
+    covariance is log det Σ + logdet_bias; the unbiased stand-in's mean is the true entropy."""
+    n, d, reps = 16, 5, 4000
+    x = torch.randn(reps, n, d, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    net = mf.MeanFieldNet(x)
+    expected = -0.5 * d * np.log(2 * np.pi * np.e)       # Σ = I
+    bias = mf.logdet_bias(n, d)
+    assert bias == pytest.approx(-d * (d + 1) / (2 * n), rel=0.25)
+    raw = net.gaussian_neg_entropy(unbiased=False).mean().item()
+    fixed = net.gaussian_neg_entropy().mean().item()
+    se = net.gaussian_neg_entropy().std().item() / np.sqrt(reps)
+    assert abs(fixed - expected) < 4 * se < abs(raw - expected)
+    assert raw - fixed == pytest.approx(-0.5 * bias)
+
+
 def test_lagrangian_penalty_vanishes_when_trackers_agree():
     """If μ_w̃ = μ_w the penalty G(μ_a, μ_w̃) − G(μ_a, μ_w) is 0 and L_λ = F + regularisers,
     for every λ."""
@@ -506,3 +522,33 @@ def test_written_out_released_variant_is_autograd_and_adam(with_next):
     fast = model.fit(z, W, Y, 0, ("t",), **fn).predict(z)
     ref = model.fit(z, W, Y, 0, ("t",), autograd=True, **fn).predict(z)
     np.testing.assert_array_equal(fast, ref)
+
+
+def test_ope_summary_by_hand():
+    ope = {"err_f2bmld": np.array([[[90.0, 92.0, 94.0], [80.0, 82.0, 84.0]]]),
+           "err": {"DFIV": np.array([[1.0, 2.0, 3.0], [4.0, 6.0, 8.0]]),
+                   "kernel IV": np.array([[1.0, 1.0, 1.0], [2.0, 2.0, 2.0]])}}
+    ctrl = {"truth": np.array([2.0]), "err_f2bmld": np.array([[[0.2, 0.4, 0.6]]]),
+            "err": {"DFIV": np.array([[0.1, 0.2, 0.3]])}}
+    released = {"truth": np.array([[80.0]]), "est": np.array([[[78.0, 77.0]]])}
+    released_ctrl = {"rel_err": np.array([[[0.1, 0.3]]])}
+    out = analysis.ope_summary(ope, ctrl, released, released_ctrl, [0.0, 0.4], [0.3])
+    assert out["ctrl_rel"] == pytest.approx({"F²BMLD": 0.2, "DFIV": 0.1})
+    assert out["rel_noises"] == [0.4]
+    # the variant's median error 2.5 against DFIV's 5 on its two data sets
+    np.testing.assert_allclose(out["rel_ratio"], [0.5])
+    np.testing.assert_allclose(out["rel_moved"], [77.5 / 80])
+    assert out["rel_ctrl_err"] == pytest.approx(0.2)
+    assert list(out["med"]) == ["F²BMLD (λ = 0.3)", "DFIV", "kernel IV"]
+    np.testing.assert_allclose(out["med"]["DFIV"], [2.0, 6.0])
+
+
+def test_value_by_n_by_hand():
+    late = np.zeros((3, 2, 4))
+    late[0] = [[1.0] * 4, [2.0] * 4]
+    late[2] = [[0.5] * 4, [1.0] * 4]
+    v = analysis.value_by_n(late, [16, 32, 64], sigma=0.2, dim=5)
+    np.testing.assert_allclose(v.mean, [1.5, 0.0, 0.75])
+    assert v.drop == pytest.approx(0.75) and v.drop_se == pytest.approx(0.25)
+    b = mf.logdet_bias
+    assert v.bias_drop == pytest.approx(0.1 * (b(64, 5) - b(16, 5))) and v.bias_drop > 0

@@ -210,3 +210,66 @@ def ope_readable(moved: np.ndarray, control_errors: dict[str, float], *, moved_m
     every estimator in ``control_errors`` (median relative error on the positive control) is
     within ``control_max``."""
     return bool(np.min(moved) >= moved_min and max(control_errors.values()) <= control_max)
+
+
+def ope_summary(ope: dict, ctrl: dict, released: dict, released_ctrl: dict, noises,
+                lams) -> dict:
+    """The off-policy section's numbers from the runs of :func:`lib.npiv.experiments.ope` (``ope``
+    at the noise levels ``noises``, ``ctrl`` the positive control at one noise level) and
+    :func:`~lib.npiv.experiments.ope_released` (``released`` at the levels ≥ 0.2, its first
+    replicates, one discount; ``released_ctrl`` on the control):
+
+    - ``ctrl_truth`` and ``ctrl_rel``: the control's true value and every method's median
+      relative error there (the mean-field F²BMLD at the first λ as ``"F²BMLD"``);
+    - ``rel_noises``, ``rel_truth``: the released variant's noise levels and true values;
+    - ``rel_ratio``: per level, its median error over DFIV's on the same data sets;
+    - ``rel_moved``: per level, its median estimate over the true value (≥ ½: off zero);
+    - ``rel_ctrl_err``: its median relative error on the control;
+    - ``med``: every method's median error per noise level (mean-field F²BMLD per λ first)."""
+    noises = np.asarray(noises, float)
+    ctrl_truth = float(ctrl["truth"][0])
+    ctrl_rel = {"F²BMLD": float(np.median(ctrl["err_f2bmld"][0, 0])) / ctrl_truth,
+                **{k: float(np.median(v[0])) / ctrl_truth for k, v in ctrl["err"].items()}}
+    high = noises >= 0.2
+    est = np.asarray(released["est"][0], float)                     # (noise, replicate)
+    rel_truth = np.asarray(released["truth"][0], float)
+    rel_err = np.abs(est - rel_truth[:, None])
+    dfiv_paired = np.asarray(ope["err"]["DFIV"])[high][:, :est.shape[1]]  # the same data sets
+    methods = {f"F²BMLD (λ = {lam:g})": ope["err_f2bmld"][i] for i, lam in enumerate(lams)}
+    methods.update(ope["err"])
+    return {"ctrl_truth": ctrl_truth, "ctrl_rel": ctrl_rel,
+            "rel_noises": noises[high].tolist(), "rel_truth": rel_truth,
+            "rel_ratio": np.median(rel_err, axis=1) / np.median(dfiv_paired, axis=1),
+            "rel_moved": np.median(est, axis=1) / rel_truth,
+            "rel_ctrl_err": float(np.median(released_ctrl["rel_err"][0, 0])),
+            "methods": methods, "med": {k: np.median(v, axis=1) for k, v in methods.items()}}
+
+
+@dataclass
+class ValueByN:
+    """The stationary Lagrangian against the particle number: ``mean`` per N (over data sets and
+    initialisations), ``drop`` the mean over data sets of (value at the smallest N − value at the
+    largest) with ``drop_se`` its standard error over data sets, and ``bias_drop`` the drop the
+    uncorrected Gaussian entropy stand-in of the treatment system would add over the same range
+    (σ · ½ (|b(N_small)| − |b(N_large)|), b = :func:`lib.npiv.meanfield.logdet_bias`; the
+    instrument systems enter as λσ(Ent w̃ − Ent w), two clouds of equal dimension and N, whose
+    biases cancel)."""
+
+    mean: np.ndarray
+    drop: float
+    drop_se: float
+    bias_drop: float
+
+
+def value_by_n(late, particles, sigma: float, dim: int) -> ValueByN:
+    """``late`` (N, data set, initialisation) stationary values of runs with ``dim``-dimensional
+    treatment particles at temperature ``sigma``."""
+    from lib.npiv.meanfield import logdet_bias
+
+    late = np.asarray(late, float)
+    per_set = late.mean(-1)                        # (N, data set)
+    d = per_set[0] - per_set[-1]
+    se = float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else float("nan")
+    small, large = int(particles[0]), int(particles[-1])
+    bias = 0.5 * sigma * (abs(logdet_bias(small, dim)) - abs(logdet_bias(large, dim)))
+    return ValueByN(per_set.mean(-1), float(d.mean()), se, float(bias))

@@ -52,7 +52,7 @@ def _stationarity_point(n_particles: int, seed: int, *, root: int, reps, n_inits
                     root, ("stationarity", n_particles))  # one stream for every σ: paired arms
     shape = (len(reps), n_inits, -1)
     return {"L": run.L_tracker.T.reshape(shape), "A": run.asymmetry.T.reshape(shape),
-            "steps": run.steps}
+            "steps": run.steps, "dim": int(run.a.x.shape[-1])}
 
 
 def stationarity(particles, reps, n_inits: int, n: int, lam: float, sigma: float,
@@ -64,7 +64,8 @@ def stationarity(particles, reps, n_inits: int, n: int, lam: float, sigma: float
     ``offset`` m > 0 the initial output weights sit at ±m, the share at +m running from 1 to 0).
     Every run steps ``h = cfg.flow_step`` for ``cfg.steps`` steps at penalty ``lam`` and
     temperature ``sigma``; the Lagrangian is recorded with the tracker μ_w as the inner minimiser,
-    and the treatment system's asymmetry ``E tanh(c)`` beside it. A run's *late means* are both
+    and the treatment system's asymmetry ``E tanh(c)`` beside it (``dim``: the dimension of a
+    treatment particle). A run's *late means* are both
     averaged over flow times ``t ≥ late_from``; ``spread`` and ``spread_A`` are the sample
     variances of the late means over the initialisations of one data set. Each particle number
     is one :func:`lib.sweep.sweep` point."""
@@ -81,7 +82,7 @@ def stationarity(particles, reps, n_inits: int, n: int, lam: float, sigma: float
     scales, plus = init_design(n_inits, init_scales)
     return {"t": t, "L": L, "A": A, "late": late, "late_A": late_A,
             "spread": late.var(-1, ddof=1), "spread_A": late_A.var(-1, ddof=1),
-            "init_scales": scales, "init_plus": plus}
+            "init_scales": scales, "init_plus": plus, "dim": runs[0]["dim"]}
 
 
 def relaxation(sigmas, reps, n_inits: int, n: int, lam: float, cfg: mf.F2BMLDConfig, root: int,
