@@ -225,7 +225,8 @@ def canary(book: Book, chapter: ChapterSource, out: Path | None = None, force: b
 
     r = run_chapter(book, chapter, CANARY, {}, out, force, progress=False)
     if r.status == "failed":
-        raise UsageError(f"{chapter.slug}: the {CANARY} canary run failed ({r.message.splitlines()[-1]})")
+        error = [ln for ln in r.message.splitlines() if ln.strip() and not ln.startswith("(executed notebook")]
+        raise UsageError(f"{chapter.slug}: the {CANARY} canary run failed ({(error or ['no message'])[-1].strip()})")
     return {"profile": CANARY, "digest": numbers_digest(r.results),
             "sweeps": r.results["provenance"].get("sweeps", []), "deps": r.results["provenance"]["deps"],
             "results": r.results}
@@ -590,7 +591,9 @@ def canary_at(book: Book, chapter: ChapterSource, commit: str) -> dict:
                                "--out", str(out)], cwd=tree, env=env, text=True, capture_output=True)
         doc = json.loads((out / "results.json").read_text()) if (out / "results.json").exists() else None
         if doc is None:
-            tail = (proc.stderr.strip() or proc.stdout.strip() or "no output").splitlines()[-1]
+            lines = [ln.strip() for ln in (proc.stderr or proc.stdout).splitlines()
+                     if ln.strip() and not ln.strip().startswith("(executed notebook")]
+            tail = (lines or ["no output"])[-1]
             raise UsageError(f"{chapter.slug}: the {CANARY} canary at commit {commit} failed ({tail})")
     return {"digest": numbers_digest(doc), "results": doc}
 
@@ -613,13 +616,18 @@ def rekey(book: Book, chapter: ChapterSource, profile: str) -> tuple[bool, str]:
                        f"not the commit's and no canary can stand for it; rerun "
                        f"`companion run {chapter.number} --profile {profile}` and record it")
     head_commit = clean_commit(book, chapter, record["provenance"]["deps"])
-    now = canary(book, chapter, book.build_dir / "canary" / CANARY / chapter.slug)
+    try:
+        now = canary(book, chapter, book.build_dir / "canary" / CANARY / chapter.slug)
+    except UsageError as exc:  # the current code's canary fails: nothing to carry the record to
+        return False, f"stays stale: {exc}"
     clean_commit(book, chapter, now["deps"])  # the canary's own deps are committed too
+    old_doc = None
     if reference is None:  # no canary stored with the record: run one at the record's commit
-        then = canary_at(book, chapter, commit)
+        try:
+            then = canary_at(book, chapter, commit)
+        except UsageError as exc:
+            return False, f"stays stale: {exc}"
         reference, old_doc = then["digest"], then["results"]
-    else:
-        old_doc = None
     missing = sorted(set(record["provenance"].get("sweeps") or []) - set(now["sweeps"]))
     if missing:
         return False, f"stays stale: the canary does not run the sweep functions {', '.join(missing)}"
@@ -654,8 +662,12 @@ def cmd_rekey(book: Book, args) -> int:
     carried, 2 some stay stale, 64 bad usage."""
     from lib.pipeline.cli import _select
 
+    chapters = _select(book, args.chapters)
+    for ch in chapters:  # every record exists before any canary runs
+        if load(book, args.profile, ch) is None:
+            raise UsageError(f"{ch.slug} has no {args.profile} record to rekey")
     code = 0
-    for ch in _select(book, args.chapters):
+    for ch in chapters:
         ok, what = rekey(book, ch, args.profile)
         print(f"{ch.slug} [{args.profile}]: {what}", flush=True)
         code = code if ok else 2
