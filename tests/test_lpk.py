@@ -406,3 +406,29 @@ def test_gradient_flow_is_the_previous_implementation(tiny, kw):
     if kw:
         torch.testing.assert_close(new.K, old["K"], rtol=1e-12, atol=1e-14)
         assert new.extras["trace_K_torch_func"] == pytest.approx(old["trace_K_torch_func"], rel=1e-12)
+
+
+def test_arora_complexity_is_the_quadratic_form(tiny):
+    traj = L.gradient_flow(tiny, 16, T=5.0, step=0.5, root=7)
+    from lib.lpk.network import tangent_gram
+    H = tangent_gram(traj.params0, tiny.X, tiny.X).double().numpy()
+    y = tiny.y.double().numpy()
+    expected = math.sqrt(2 * y @ np.linalg.solve(H, y) / tiny.n)
+    assert L.arora_complexity(traj, tiny) == pytest.approx(expected, rel=1e-8)
+    rep = L.bound_report(traj, tiny)
+    assert rep.arora_term == pytest.approx(expected, rel=1e-8)
+    assert rep.arora_bound == pytest.approx(rep.arora_term + rep.confidence)
+
+
+def test_violation_ceiling_sign_test_and_kendall_test():
+    assert L.violation_ceiling([0.1, 0.5], [0.6, 0.6]) == 0.0
+    assert L.violation_ceiling([0.1, 0.9], [0.6, 0.6]) == pytest.approx(0.3)
+    s = L.sign_test(9, 10, 0.05)
+    assert s["p"] == pytest.approx(11 / 1024) and s["share"] == 0.9
+    assert s["critical"] == 0.9                 # P(X ≥ 8) = 56/1024 > 0.05, P(X ≥ 9) < 0.05
+    assert np.isnan(L.sign_test(3, 3, 1e-3)["critical"])
+    x = np.arange(6.0)
+    k = L.kendall_test(x, x, alpha=0.01)
+    assert k["tau"] == 1.0 and k["p"] == pytest.approx(1 / 720)
+    assert k["critical"] == pytest.approx(L.stratified_kendall(x, x, np.zeros(6), alpha=0.01)["critical"])
+    assert L.one_sided_z(0.001) == pytest.approx(3.0902, abs=1e-4)

@@ -26,16 +26,16 @@ identity ℓ(w_T, z) = ℓ(w_0, z) − (1/n) Σ_i K_T(z, z_i).
 """
 
 from lib.lpk.batch import gradient_flow_batch
-from lib.lpk.bounds import (bound_report, chen2023_bound, confidence_term, identity_error, kernel_machine,
-                            lpk_bound_over_time, lpk_complexity, taylor_report)
+from lib.lpk.bounds import (arora_complexity, bound_report, chen2023_bound, confidence_term, identity_error,
+                            kernel_machine, lpk_bound_over_time, lpk_complexity, taylor_report, violation_ceiling)
 from lib.lpk.data import digits_1v7, gaussian_mixture
 from lib.lpk.experiments import run, run_sweeps
 from lib.lpk.flow import Trajectory, brute_force_lpk, gradient_flow
 from lib.lpk.network import (DTYPE, directional_derivatives, directional_derivatives_torch_func, features_gram, forward,
                              full_gradient, gradient_and_tangent, init_params, logistic_slope, loss_grad_gram,
                              losses, per_sample_grads, per_sample_sq_norms, slopes_and_features, tangent_sq_norms)
-from lib.lpk.ranks import (kendall_s, kendall_s_null, kendall_tau, partial_kendall, spearman_rho,
-                           stratified_kendall)
+from lib.lpk.ranks import (kendall_s, kendall_s_null, kendall_tau, kendall_test, one_sided_z, partial_kendall,
+                           sign_test, spearman_rho, stratified_kendall)
 
 __all__ = ["gradient_flow_batch", "chen2023_bound", "gradient_and_tangent", "bound_report", "confidence_term",
            "identity_error", "kernel_machine", "lpk_bound_over_time",
@@ -44,4 +44,5 @@ __all__ = ["gradient_flow_batch", "chen2023_bound", "gradient_and_tangent", "bou
            "directional_derivatives_torch_func", "forward", "full_gradient", "init_params", "logistic_slope",
            "loss_grad_gram", "losses", "per_sample_grads", "tangent_sq_norms", "features_gram",
            "per_sample_sq_norms", "slopes_and_features", "kendall_s", "kendall_s_null",
-           "kendall_tau", "partial_kendall", "spearman_rho", "stratified_kendall"]
+           "kendall_tau", "partial_kendall", "spearman_rho", "stratified_kendall", "kendall_test", "sign_test",
+           "arora_complexity", "violation_ceiling", "one_sided_z"]

@@ -8,10 +8,11 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 from lib.lpk.data import Split
 from lib.lpk.flow import Trajectory
-from lib.lpk.network import losses, tangent_sq_norms
+from lib.lpk.network import losses, tangent_gram, tangent_sq_norms
 
 
 def kernel_machine(traj: Trajectory, split: Split, beta: float = 10.0) -> dict[str, np.ndarray]:
@@ -70,6 +71,15 @@ def confidence_term(n: int, delta: float = 0.01, loss_range: float = 1.0) -> flo
     return 3.0 * loss_range * math.sqrt(math.log(2.0 / delta) / (2.0 * n))
 
 
+def violation_ceiling(gap, confidence) -> float:
+    """The largest amount by which a bound "complexity term + confidence term" could fall below the
+    gap in any of the runs, whatever its complexity term (≥ 0): max over runs of gap − confidence,
+    and 0 when the confidence term alone is at least every gap (no run could show the bound
+    below its gap)."""
+    slack = np.asarray(gap, float) - np.asarray(confidence, float)
+    return float(max(slack.max(), 0.0)) if slack.size else 0.0
+
+
 def lpk_complexity(sum_K: float, trace_K: float, n: int) -> float:
     """2 R̂: twice the Rademacher complexity of {ℓ(w_0,·) − h : ‖h‖_{H_K} ≤ √(1ᵀK1)/n},
     i.e. (2/n²) √(1ᵀK1 · Tr K)."""
@@ -82,6 +92,25 @@ def static_complexity(traj: Trajectory, split: Split, beta: float = 10.0) -> flo
     dw2 = sum(float(((traj.params[k] - traj.params0[k]) ** 2).sum()) for k in traj.params)
     tr0 = float(tangent_sq_norms(traj.params0, split.X, beta).sum())
     return 2.0 * math.sqrt(dw2 * tr0) / split.n
+
+
+def arora_complexity(traj: Trajectory, split: Split, beta: float = 10.0) -> float:
+    """Arora et al. (ICML 2019)'s data-dependent complexity √(2 yᵀ H⁻¹ y / n), which the paper says
+    its bound recovers, with H the network's tangent-kernel Gram matrix on the training inputs at
+    initialisation (standing in for their infinite-width H^∞) and y the training labels (±1).
+    Solved by Cholesky in float64, with the smallest jitter that makes H positive definite."""
+    H = tangent_gram(traj.params0, split.X, split.X, beta).double()
+    y = split.y.double()
+    eye = torch.eye(H.shape[0], dtype=H.dtype)
+    scale = float(H.diagonal().mean())
+    for jitter in (0.0, 1e-12, 1e-10, 1e-8, 1e-6):
+        L, info = torch.linalg.cholesky_ex(H + jitter * scale * eye)
+        if int(info) == 0:
+            break
+    else:
+        raise np.linalg.LinAlgError("the tangent Gram matrix at initialisation is not positive definite")
+    quad = float((torch.cholesky_solve(y[:, None], L)[:, 0] * y).sum())
+    return math.sqrt(2.0 * quad / split.n)
 
 
 @dataclass
@@ -98,6 +127,7 @@ class BoundReport:
     trace_K: float
     lpk_term: float
     static_term: float
+    arora_term: float           # √(2yᵀH⁻¹y/n), Arora et al. (2019), H the NTK Gram at w_0
     confidence: float
     loss_cap: float             # M
 
@@ -109,10 +139,15 @@ class BoundReport:
     def static_bound(self) -> float:
         return self.static_term + self.confidence
 
+    @property
+    def arora_bound(self) -> float:
+        return self.arora_term + self.confidence
+
     def as_dict(self) -> dict:
         from dataclasses import asdict
 
-        return {**asdict(self), "lpk_bound": self.lpk_bound, "static_bound": self.static_bound}
+        return {**asdict(self), "lpk_bound": self.lpk_bound, "static_bound": self.static_bound,
+                "arora_bound": self.arora_bound}
 
 
 def bound_report(traj: Trajectory, split: Split, loss_cap: float = 3.0, delta: float = 0.01,
@@ -139,7 +174,7 @@ def bound_report(traj: Trajectory, split: Split, loss_cap: float = 3.0, delta: f
         loss_drop=float(traj.train_loss[0] - traj.train_loss[-1]),
         sum_K_over_n2=float(traj.sum_K[-1]) / n ** 2, trace_K=float(traj.trace_K[-1]),
         lpk_term=lpk_complexity(float(traj.sum_K[-1]), float(traj.trace_K[-1]), n),
-        static_term=static_complexity(traj, split, beta),
+        static_term=static_complexity(traj, split, beta), arora_term=arora_complexity(traj, split, beta),
         confidence=confidence_term(n, delta, loss_cap), loss_cap=loss_cap)
 
 

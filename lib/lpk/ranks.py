@@ -72,3 +72,26 @@ def stratified_kendall(x, y, strata, alpha: float = 1e-3) -> dict:
     critical = float(declared[0]) / pairs if len(declared) and pairs else float("nan")
     return {"tau": s_obs / pairs if pairs else float("nan"), "S": s_obs, "pairs": pairs, "p": p,
             "critical": critical}
+
+
+def kendall_test(x, y, alpha: float = 1e-3) -> dict:
+    """Kendall's τ of x and y over all pairs with the exact one-sided test of independence
+    (:func:`stratified_kendall` with one stratum): ``tau``, ``p`` = P(S ≥ S_obs) and ``critical``,
+    the smallest τ the test declares at level ``alpha``."""
+    return stratified_kendall(x, y, np.zeros(len(np.asarray(x))), alpha=alpha)
+
+
+def sign_test(wins: int, trials: int, alpha: float = 1e-3) -> dict:
+    """Exact one-sided sign test of "one side wins more than half of the paired comparisons":
+    ``p`` = P(Binomial(trials, ½) ≥ wins), ``share`` = wins/trials and ``critical``, the smallest
+    share of wins the test declares at level ``alpha`` (NaN where none can)."""
+    k = np.arange(trials + 1)
+    tail = stats.binom.sf(k - 1, trials, 0.5)                          # P(X ≥ k)
+    declared = k[tail < alpha]
+    return {"p": float(tail[wins]) if trials else 1.0, "share": wins / trials if trials else float("nan"),
+            "critical": float(declared[0]) / trials if len(declared) and trials else float("nan")}
+
+
+def one_sided_z(alpha: float) -> float:
+    """The standard normal quantile z with P(Z > z) = ``alpha``: a one-sided z-test's threshold."""
+    return float(stats.norm.isf(alpha))
