@@ -85,6 +85,24 @@ def test_generic_rank_formulas(mixer, make, size):
     assert np.all(ess <= O.tss(mixer, ell, **size))
 
 
+def test_negative_controls_of_the_two_rank_theorems_break_their_formulas():
+    # softmax without its exponential: the masked scores of the same draws, rank ≤ d_k, so the
+    # context-length formula min(i, ℓ−i) fails exactly where the context exceeds d_k
+    ell, d = 24, 4
+    T_exp = O.softmax_attention_operator(np.random.default_rng(5), ell, d, 2)
+    T_lin = O.softmax_attention_operator(np.random.default_rng(5), ell, d, 2, exponential=False)
+    assert np.allclose(np.triu(T_lin, 1), 0) and not np.allclose(T_lin, T_exp)
+    r, j = np.indices((ell, ell))
+    ess = S.tolerance_ess(S.hankel_singular_values(T_lin))
+    assert np.array_equal(ess, np.broadcast_to(np.minimum(d, np.minimum(r[:, 0], ell - r[:, 0])), ess.shape))
+    assert not np.array_equal(ess, np.broadcast_to(O.generic_ess("softmax", ell), ess.shape))
+    # SWR run as one block (no window boundary): a scalar recurrence, ESS 1 wherever the past is seen
+    T_one, _ = O.swr_operator(np.random.default_rng(6), ell, block=ell, channels=2)
+    ess = S.tolerance_ess(S.hankel_singular_values(T_one))
+    assert ess[:, 1:].min() == ess[:, 1:].max() == 1
+    assert not np.array_equal(ess, np.broadcast_to(O.swr_ess(ell, 4), ess.shape))
+
+
 def test_swr_pattern_by_hand_and_through_the_kernel():
     # block 4, ℓ = 12: block 0 → 1; starts of blocks 1, 2 → 1; inside block 1 → 2; block 2 is last → 1
     want = [0, 1, 1, 1, 1, 2, 2, 2, 1, 1, 1, 1]
@@ -319,6 +337,51 @@ def test_delimiter_drops_by_hand():
         M.delimiter_drops(prof, np.array([11]), cap=2)
 
 
+def test_linear_attention_arm_of_the_delimited_task_is_the_gla_model_without_its_gate():
+    kw = dict(root=0, delimited=True, n_segments=2, segment_length=6, n_keys=3, steps=11, batch=4, d_model=8,
+              n_eval=8, n_ess=4)
+    gla = M._delimited_member(2, 1, 0, delimited=True, n_segments=2, segment_length=6, n_keys=3,
+                              p_absent=0.25, steps=11, batch=4, lr=3e-3, d_model=8)
+    lin = M._delimited_member(2, 1, 0, delimited=True, n_segments=2, segment_length=6, n_keys=3,
+                              p_absent=0.25, steps=11, batch=4, lr=3e-3, d_model=8, mixer="linear")
+    assert lin[0].mixer == "linear" and gla[0].mixer == "gla" and lin[1:] == gla[1:]   # same keys, same data
+    out = M.run_delimited(2, 1, 0, mixer="linear", **kw)
+    assert np.all(out["gate_profile"] == 1.0) and "reset_entropy_drops" not in out
+    assert out["entropy_drops"].shape == (4,)
+    assert "reset_entropy_drops" in M.run_delimited(2, 1, 0, **kw)
+    both = M.run_delimited_replicates(2, 1, 0, replicates=2, mixer="linear", **kw)["models"]
+    assert np.array_equal(both[0]["entropy_drops"], out["entropy_drops"])
+
+
+def test_delimiter_test_by_construction():
+    from lib.ess.analysis import delimiter_test
+
+    rng = np.random.default_rng(1)
+    noise = rng.normal(scale=0.1, size=(3, 40))
+    with_ = 0.5 + noise
+    flat = rng.normal(scale=0.1, size=(3, 40))
+    reset = 2.0 + noise
+    res = delimiter_test(with_, {"control": flat, "linear": flat * 0.5}, reset, 1e-3)
+    assert res["holds"] and res["control_passes"] and res["decided"] and not res["unresolved"].size
+    assert set(res["p"]) == {"drop", "control", "linear"}
+    assert all(v.shape == (3,) for v in res["p"].values())
+    # the comparison resets as much: the claim fails, the positive control still passes
+    res = delimiter_test(with_, {"control": flat, "linear": with_ + 0.01 * flat}, reset, 1e-3)
+    assert not res["holds"] and res["control_passes"]
+    # one replicate with no drop at all, bounded below the others' resolved drops: decided
+    one_flat = with_.copy()
+    one_flat[2] = flat[2]
+    res = delimiter_test(one_flat, {"control": flat}, reset, 1e-3)
+    assert not res["holds"] and res["unresolved"].tolist() == [2] and res["below_resolved"] and res["decided"]
+    # a single p-value by hand
+    d = with_[0] - flat[0]
+    t = d.mean() / (d.std(ddof=1) / np.sqrt(40))
+    assert delimiter_test(with_, {"control": flat}, reset, 1e-3)["p"]["control"][0] == pytest.approx(
+        float(stats.t.sf(t, 39)))
+    with pytest.raises(ValueError):
+        delimiter_test(with_, {"control": flat[:2]}, reset, 1e-3)
+
+
 def test_hard_reset_erases_the_state_at_the_delimiter():
     vocab = T.Vocab(n_keys=4, n_values=4)
     model = M.MixerLM(M.ModelConfig("gla", 3, d_model=8, vocab_size=vocab.size))
@@ -363,6 +426,37 @@ def test_within_family_spearman_ignores_differences_between_families():
     one = within_family_spearman(a[[0, n]], b[[0, n]], y[[0, n]], fam[[0, n]], rng, n_boot=5)
     assert np.isnan(one["mean_gap"]) and one["n_valid"] == 0 and one["undefined"] == ["f1", "f2"]
     assert np.isnan(one["se"])
+
+
+def test_attainable_gap_is_the_gap_of_a_perfect_ranking():
+    from lib.ess.analysis import attainable_gap, within_family_spearman
+
+    rng = np.random.default_rng(0)
+    fam = np.repeat(["a", "b"], 12)
+    y = rng.normal(size=24)
+    b = y + rng.normal(scale=[0.3] * 12 + [3.0] * 12)         # b ranks family a well, family b badly
+    res = within_family_spearman(y, b, y, fam, rng, n_boot=50)  # a = y: the best predictor there is
+    ceiling = attainable_gap(res["rho_b"], res["undefined"])
+    assert ceiling == pytest.approx(res["mean_gap"], abs=1e-12)
+    assert ceiling == pytest.approx(np.mean([1 - res["rho_b"]["a"], 1 - res["rho_b"]["b"]]))
+    assert attainable_gap({"a": 0.9, "b": float("nan"), "c": -0.5}, undefined=["c"]) == pytest.approx(0.1)
+    assert np.isnan(attainable_gap({"a": float("nan")}))
+    with pytest.raises(ValueError):
+        attainable_gap({"a": 1.5})
+
+
+def test_gap_design_from_a_bootstrap_result():
+    from lib.ess.analysis import FAR_BETTER_GAP, detectable_gap, gap_design
+
+    fam = {"se": 0.05, "rho_b": {"a": 0.9, "b": 0.5}, "undefined": []}
+    d = gap_design(fam, 5e-4, n_seeds=3)
+    assert d["defined"] and d["ceiling"] == pytest.approx(0.3) and d["effect"] == FAR_BETTER_GAP
+    assert d["detectable"] == pytest.approx(detectable_gap(0.05, 5e-4, 0.8))
+    # the seeds that bring the detectable gap to the effect: se shrinks like 1/√seeds
+    assert detectable_gap(0.05 * np.sqrt(3 / d["seeds_needed"]), 5e-4) <= FAR_BETTER_GAP
+    assert detectable_gap(0.05 * np.sqrt(3 / (d["seeds_needed"] - 1)), 5e-4) > FAR_BETTER_GAP
+    nothing = gap_design({"se": float("nan"), "rho_b": {"a": float("nan")}, "undefined": ["a"]}, 5e-4, 3)
+    assert not nothing["defined"] and nothing["detectable"] is None
 
 
 def test_detectable_gap_and_the_stated_effect():

@@ -7,7 +7,8 @@ import warnings
 import numpy as np
 from scipy import stats
 
-__all__ = ["FAR_BETTER_GAP", "detectable_gap", "spearman_rows", "spearman_gap_bootstrap",
+__all__ = ["FAR_BETTER_GAP", "attainable_gap", "delimiter_test", "detectable_gap", "gap_design", "spearman_rows",
+           "spearman_gap_bootstrap",
            "within_family_spearman"]
 
 #: The effect this chapter takes as the paper's "ESS/κ predicts accuracy far better than TSS/κ",
@@ -27,6 +28,39 @@ def detectable_gap(se: float, alpha: float, power: float = 0.8) -> float:
     if not (0 < alpha < 1 and 0 < power < 1) or not se >= 0:
         raise ValueError("need 0 < alpha, power < 1 and se ≥ 0")
     return float((stats.norm.isf(alpha) + stats.norm.ppf(power)) * se)
+
+
+def attainable_gap(rho_b: dict, undefined=()) -> float:
+    """The largest mean gap ``mean_f (ρ_a[f] − ρ_b[f])`` a design can show (the ceiling of
+    :func:`within_family_spearman`'s statistic): every family's ``ρ_a`` at its maximum, 1 (a
+    perfect ranking; ties in the ranked quantity do not lower it, since a quantity ranks itself
+    with ρ = 1), so the ceiling is ``mean_f (1 − ρ_b[f])`` over the families whose correlations are
+    defined (those in ``undefined`` are left out, as the statistic leaves them out). Where the
+    rival predictor ``b`` already ranks a family almost perfectly, no predictor can beat it by
+    much there. NaN when no family is left."""
+    values = [1.0 - float(r) for f, r in rho_b.items() if f not in set(undefined) and np.isfinite(r)]
+    if any(not -1.0 - 1e-12 <= 1.0 - v <= 1.0 + 1e-12 for v in values):
+        raise ValueError("a Spearman correlation lies in [-1, 1]")
+    return float(np.mean(values)) if values else float("nan")
+
+
+def gap_design(fam: dict, alpha: float, n_seeds: int, effect: float = FAR_BETTER_GAP,
+               power: float = 0.8) -> dict:
+    """What a :func:`within_family_spearman` result ``fam`` can show, for ``lib.claims.Power``:
+    ``detectable``, the smallest mean gap its one-sided test at ``alpha`` detects with probability
+    ``power`` (:func:`detectable_gap` of its bootstrap standard error); ``ceiling``, the largest
+    gap the design can show at all (:func:`attainable_gap`); ``effect`` as given; and
+    ``seeds_needed``, the seeds per configuration at which the same spread (se ∝ 1/√seeds) would
+    bring ``detectable`` down to ``effect``. ``defined`` is False (and the numbers None) when no
+    family has defined correlations."""
+    se = float(fam.get("se", float("nan")))
+    ceiling = attainable_gap(fam["rho_b"], fam.get("undefined", ()))
+    if not (np.isfinite(se) and np.isfinite(ceiling)):
+        return {"defined": False, "se": None, "detectable": None, "ceiling": None, "effect": float(effect),
+                "seeds_needed": None}
+    detectable = detectable_gap(se, alpha, power)
+    return {"defined": True, "se": se, "detectable": detectable, "ceiling": ceiling, "effect": float(effect),
+            "seeds_needed": int(np.ceil(n_seeds * (detectable / effect) ** 2))}
 
 
 def spearman_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -113,3 +147,63 @@ def within_family_spearman(a, b, y, family, rng: np.random.Generator, n_boot: in
             "se": float(np.std(gaps, ddof=1)) if gaps.size > 1 else np.nan,
             "p_not_better": float(np.mean(gaps <= 0)) if gaps.size else np.nan,
             "n_valid": int(gaps.size), "undefined": undefined}
+
+
+def _t_sf(d: np.ndarray, n: int) -> float:
+    """One-sided p-value of "mean of d > 0" (Student t, n − 1 degrees of freedom); where every
+    difference is equal, 0 for a positive one and 1 otherwise."""
+    se = d.std(ddof=1) / np.sqrt(n)
+    if se == 0:
+        return 0.0 if d.mean() > 0 else 1.0
+    return float(stats.t.sf(d.mean() / se, n - 1))
+
+
+def delimiter_test(drops: np.ndarray, comparisons: dict, positive: np.ndarray, alpha: float,
+                   power: float = 0.8) -> dict:
+    """The delimiter claim's intersection–union test, per seed, over test sequences.
+
+    ``drops`` (seeds, sequences): each test sequence's entropy-ESS drop after delimiters of the model
+    under test; ``comparisons``: name → (seeds, sequences) drops of comparison models measured on the
+    same sequences (paired); ``positive``: the same model's drops with a hard reset (the positive
+    control). Tests, each one-sided Student t over the sequences at ``alpha``, on every seed:
+    ``drop`` (mean drop > 0) and, per comparison ``c``, ``c`` (mean of drops − c's drops > 0). The
+    claim holds when every test rejects on every seed (false-alarm rate ≤ ``alpha``). The positive
+    control applies the same tests to ``positive`` in place of ``drops``.
+
+    Returns per test the p-values over seeds (``p``), the smallest mean each seed's test detects with
+    probability ``power`` (``mde``, the largest over seeds), ``holds``, ``control_passes``, and the
+    replicates whose own drop is not resolved: ``unresolved`` (indices), their drop's upper
+    ``alpha`` bound (``drop_upper``), the smallest resolved mean drop, and ``decided``: False where
+    some replicates resolve a drop and an unresolved one cannot be bounded below the smallest of
+    those (a small reset and none cannot be told apart there)."""
+    drops = np.asarray(drops, dtype=float)
+    positive = np.asarray(positive, dtype=float)
+    if drops.ndim != 2 or positive.shape != drops.shape or drops.shape[1] < 2:
+        raise ValueError("drops and positive must be (seeds, sequences) arrays of one shape, two sequences or more")
+    comps = {k: np.asarray(v, dtype=float) for k, v in comparisons.items()}
+    if any(v.shape != drops.shape for v in comps.values()):
+        raise ValueError("every comparison must be measured on the same (seeds, sequences)")
+    n = drops.shape[1]
+    t_reject = float(stats.t.isf(alpha, n - 1))
+    t_power = t_reject + float(stats.t.ppf(power, n - 1))
+
+    def tests(x):
+        diffs = {"drop": x, **{k: x - v for k, v in comps.items()}}
+        p = {k: np.array([_t_sf(d, n) for d in v]) for k, v in diffs.items()}
+        mde = {k: float(t_power * np.max(v.std(axis=1, ddof=1)) / np.sqrt(n)) for k, v in diffs.items()}
+        return p, mde, {k: v.mean(axis=1) for k, v in diffs.items()}
+
+    p, mde, means = tests(drops)
+    p_pos, _, means_pos = tests(positive)
+    holds = bool(all(np.all(v < alpha) for v in p.values()))
+    control = bool(all(np.all(v < alpha) for v in p_pos.values()))
+    drop_means = means["drop"]
+    drop_upper = drop_means + t_reject * drops.std(axis=1, ddof=1) / np.sqrt(n)
+    unresolved = np.flatnonzero(p["drop"] >= alpha)
+    resolved = np.flatnonzero(p["drop"] < alpha)
+    smallest = float(drop_means[resolved].min()) if resolved.size else float("nan")
+    below = bool(unresolved.size and resolved.size and drop_upper[unresolved].max() < smallest)
+    return {"p": p, "mde": mde, "means": means, "p_positive": p_pos, "means_positive": means_pos,
+            "holds": holds, "control_passes": control, "unresolved": unresolved, "resolved": resolved,
+            "drop_upper": drop_upper, "smallest_resolved": smallest, "below_resolved": below,
+            "decided": bool(not unresolved.size or not resolved.size or below), "n_sequences": n}

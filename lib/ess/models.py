@@ -53,7 +53,8 @@ from lib.sweep import one_thread
 
 __all__ = ["MODEL_MIXERS", "ModelConfig", "MixerLM", "TrainConfig", "train", "accuracy",
            "task_ess", "transition_penalty", "with_hard_reset", "delimiter_drops", "run_mqar",
-           "run_mqar_replicates", "run_delimited", "run_delimited_replicates"]
+           "run_mqar_replicates", "run_delimited", "run_delimited_replicates",
+           "DELIMITER_ARMS", "run_delimited_arm"]
 
 MODEL_MIXERS = ("softmax", "linear", "gla", "ssm", "conv", "swa", "swr")
 FACTORED = ("linear", "gla", "ssm")      # exact diagonal recurrences: (C, B, log_a) factors
@@ -481,10 +482,12 @@ def delimiter_drops(profile: np.ndarray, delimiters: np.ndarray, cap: int) -> np
 
 def _delimited_member(d_k: int, n_pairs: int, seed: int, *, delimited: bool, n_segments: int,
                       segment_length: int, n_keys: int, p_absent: float, steps: int, batch: int, lr: float,
-                      d_model: int):
-    """The model config, training config and stream keys (init, batches) of one delimited-task model."""
+                      d_model: int, mixer: str = "gla"):
+    """The model config, training config and stream keys (init, batches) of one delimited-task model.
+    The keys do not name the mixer: a linear-attention model starts from the GLA model's weights (its
+    gate aside, drawn last) and trains on the same batches."""
     vocab = Vocab(n_keys=n_keys)
-    cfg = ModelConfig("gla", d_k, d_model=d_model, vocab_size=vocab.size)
+    cfg = ModelConfig(mixer, d_k, d_model=d_model, vocab_size=vocab.size)
     full_length = n_segments * segment_length + n_segments - 1
     tc = TrainConfig(n_pairs=n_pairs, steps=steps, batch=batch, lr=lr,
                      length=segment_length if delimited else full_length,
@@ -504,13 +507,14 @@ def _measure_delimited(model: MixerLM, tc: TrainConfig, d_k: int, n_pairs: int, 
     with torch.no_grad():
         _, log_a = model(torch.from_numpy(tokens[:n_ess]), return_gates=True)
     tol = prof[f"tol={tau:g}"]
+    gates = torch.ones(tokens[:n_ess].shape) if log_a is None else torch.exp(log_a).mean(dim=2)
     out = {"accuracy": accuracy(model, tokens, targets), "train_length": tc.length * tc.n_segments
             + tc.n_segments - 1, "eval_length": int(tokens.shape[1]),
             "ess_profile": tol.mean(axis=0), "entropy_profile": prof["entropy"].mean(axis=0),
-            "gate_profile": torch.exp(log_a).mean(dim=(0, 2)).numpy(), "delimiters": delims,
+            "gate_profile": gates.mean(dim=0).numpy(), "delimiters": delims,
             "ess_drops": delimiter_drops(tol, delims, d_k),
             "entropy_drops": delimiter_drops(prof["entropy"], delims, d_k)}
-    if delimited:        # the positive control: this model with a hard reset on the delimiter
+    if delimited and model.cfg.mixer in GATED:   # the positive control: a hard reset on the delimiter
         reset = task_ess(with_hard_reset(model, vocab.delimiter), tokens[:n_ess], taus=(tau,))
         out["reset_entropy_profile"] = reset["entropy"].mean(axis=0)
         out["reset_entropy_drops"] = delimiter_drops(reset["entropy"], delims, d_k)
@@ -520,7 +524,7 @@ def _measure_delimited(model: MixerLM, tc: TrainConfig, d_k: int, n_pairs: int, 
 def run_delimited(d_k: int, n_pairs: int, seed: int, *, root: int, delimited: bool, n_segments: int = 3,
                   segment_length: int = 16, n_keys: int = 8, p_absent: float = 0.25,
                   steps: int = 400, batch: int = 32, lr: float = 3e-3, d_model: int = 48,
-                  n_eval: int = 256, n_ess: int = 32, tau: float = 1e-2) -> dict:
+                  n_eval: int = 256, n_ess: int = 32, tau: float = 1e-2, mixer: str = "gla") -> dict:
     """Train a GLA model on the delimited task (``delimited=True``: ``n_segments`` segments of
     ``segment_length`` tokens joined by delimiters, ``L`` tokens in all) or, as the length-matched
     control, on single segments of the same length ``L`` (one set of ``n_pairs`` bindings held over
@@ -532,11 +536,13 @@ def run_delimited(d_k: int, n_pairs: int, seed: int, *, root: int, delimited: bo
     drop after delimiters (:func:`delimiter_drops`, cap ``d_k``) of the tolerance-ESS
     (``ess_drops``) and of the entropy-ESS (``entropy_drops``); for the delimited arm also
     ``reset_entropy_drops`` (and its profile), the entropy drops of the same model with a hard
-    reset on the delimiter (:func:`with_hard_reset`, the positive control).
+    reset on the delimiter (:func:`with_hard_reset`, the positive control). ``mixer="linear"``: the
+    same model without its gate (linear attention, which cannot reset; from the same initial weights,
+    on the same batches; its gate profile is 1 and it has no hard-reset control).
     :func:`run_delimited_replicates` computes the same for several replicates at once."""
     task = dict(delimited=delimited, n_segments=n_segments, segment_length=segment_length, p_absent=p_absent)
     cfg, tc, init, batches = _delimited_member(d_k, n_pairs, seed, n_keys=n_keys, steps=steps, batch=batch,
-                                               lr=lr, d_model=d_model, **task)
+                                               lr=lr, d_model=d_model, mixer=mixer, **task)
     model, _ = train(cfg, tc, root=root, init=init, batches=batches)
     return _measure_delimited(model, tc, d_k, n_pairs, seed, root=root, n_eval=n_eval, n_ess=n_ess, tau=tau,
                               **task)
@@ -546,7 +552,7 @@ def run_delimited_replicates(d_k: int, n_pairs: int, seed: int, *, replicates: i
                              root: int, delimited: bool, n_segments: int = 3, segment_length: int = 16,
                              n_keys: int = 8, p_absent: float = 0.25, steps: int = 400, batch: int = 32,
                              lr: float = 3e-3, d_model: int = 48, n_eval: int = 256, n_ess: int = 32,
-                             tau: float = 1e-2) -> dict:
+                             tau: float = 1e-2, mixer: str = "gla") -> dict:
     """:func:`run_delimited` of the replicates ``seed, seed + 1, …`` (``replicates`` of them, none
     from ``n_seeds`` on), the models trained as one population (the same numbers, bit for bit):
     one sweep point. Returns ``{"models": [run_delimited(...) of each replicate]}``."""
@@ -555,9 +561,23 @@ def run_delimited_replicates(d_k: int, n_pairs: int, seed: int, *, replicates: i
     task = dict(delimited=delimited, n_segments=n_segments, segment_length=segment_length, p_absent=p_absent)
     seeds = _replicates(seed, replicates, n_seeds)
     members = [_delimited_member(d_k, n_pairs, s, n_keys=n_keys, steps=steps, batch=batch, lr=lr,
-                                 d_model=d_model, **task) for s in seeds]
+                                 d_model=d_model, mixer=mixer, **task) for s in seeds]
     trained = train_groups(members[0][0], [m[1] for m in members], root=root,
                                inits=[m[2] for m in members], batches=[m[3] for m in members])
     return {"models": [_measure_delimited(model, m[1], d_k, n_pairs, s, root=root, n_eval=n_eval, n_ess=n_ess,
                                           tau=tau, **task)
                        for s, m, (model, _) in zip(seeds, members, trained)]}
+
+
+#: The arms of the delimiter study: (trained with delimiters?, mixer). ``control``: the same GLA
+#: model trained on single segments of the same length; ``linear``: the same model without its
+#: gate (linear attention), trained with delimiters on the same batches, which cannot reset.
+DELIMITER_ARMS = {"delimited": (True, "gla"), "control": (False, "gla"), "linear": (True, "linear")}
+
+
+def run_delimited_arm(d_k: int, n_pairs: int, arm: str, seed: int, **kw) -> dict:
+    """:func:`run_delimited_replicates` of one arm of :data:`DELIMITER_ARMS` (a sweep point)."""
+    if arm not in DELIMITER_ARMS:
+        raise ValueError(f"arm must be one of {sorted(DELIMITER_ARMS)}, got {arm!r}")
+    delimited, mixer = DELIMITER_ARMS[arm]
+    return run_delimited_replicates(d_k, n_pairs, seed, delimited=delimited, mixer=mixer, **kw)

@@ -43,16 +43,23 @@ def _softmax_rows(scores: np.ndarray, mask: np.ndarray) -> np.ndarray:
 
 
 def softmax_attention_operator(rng: np.random.Generator, ell: int, d_k: int = 16,
-                               channels: int = 1, window: int | None = None) -> np.ndarray:
+                               channels: int = 1, window: int | None = None,
+                               exponential: bool = True) -> np.ndarray:
     """Causal softmax attention with Gaussian queries and keys (``q·k/√d_k`` of unit variance);
-    ``window=w`` restricts position ``r`` to the keys ``r−w+1 … r`` (sliding-window attention)."""
+    ``window=w`` restricts position ``r`` to the keys ``r−w+1 … r`` (sliding-window attention).
+    ``exponential=False`` removes the softmax's exponential (and its row normalisation, a diagonal
+    scaling that changes no rank): the masked scores ``q·k/√d_k`` themselves, a causal linear
+    attention of width ``d_k`` on the same draws, whose Hankel blocks have rank ≤ ``d_k``."""
     q = rng.standard_normal((channels, ell, d_k))
     k = rng.standard_normal((channels, ell, d_k))
     r, j = np.indices((ell, ell))
     mask = j <= r
     if window is not None:
         mask &= r - j < window
-    return _softmax_rows(q @ np.swapaxes(k, -1, -2) / np.sqrt(d_k), mask)
+    scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(d_k)
+    if not exponential:
+        return np.where(mask, scores, 0.0)
+    return _softmax_rows(scores, mask)
 
 
 def sliding_window_operator(rng: np.random.Generator, ell: int, window: int, d_k: int = 16,
