@@ -545,3 +545,26 @@ def test_misspecified_ddro_column_is_ddro_with_the_wrong_share(setup):
     # its limit is not p₊: on expected counts the misspecified fit stays away from the target
     E = D.expected_pairs(pi, prefs[1], 1e6)
     assert D.tv(D.fit_ddro_categorical(pi, E.sum(1), E.sum(0), D.MISSPECIFIED_ALPHA, 1e-3), target) > 0.01
+
+
+def test_margin_test_against_a_stated_margin():
+    rng = np.random.default_rng(3)
+    far = np.log(3.0) + rng.normal(scale=0.05, size=40)          # three times the error: far above log 1.25
+    near = 0.01 + rng.normal(scale=0.05, size=40)                # a hair worse: not above the margin
+    r = D.margin_test(far, np.log(1.25), 5e-5)
+    assert r["holds"] and r["lower"] > np.log(1.25) and r["detectable"] > np.log(1.25)
+    assert not D.margin_test(near, np.log(1.25), 5e-5)["holds"]
+    # the detectable mean shrinks like 1/√n
+    small = D.margin_test(near[:10], 0.0, 5e-5)["detectable"]
+    assert D.margin_test(near, 0.0, 5e-5)["detectable"] < small
+
+
+def test_adam_arm_uses_the_same_pairs_and_records_the_stopping_rule():
+    out = D.neural_adam_batch(300, 0, replicates=2, vocab=2, length=3, hidden=4, root=0, steps=30, lr=1e-2)
+    assert len(out["tv"]) == 2 and all(0 <= v <= 1 for v in out["tv"])
+    assert all(m == -1 or 0 <= m <= 30 for m in out["met"])
+    assert all(lo <= ex + 1e-12 for lo, ex in zip(out["min_excess"], out["excess"]))
+    again = D.neural_adam_batch(300, 0, replicates=2, vocab=2, length=3, hidden=4, root=0, steps=30, lr=1e-2)
+    assert again == out                                           # nothing random beyond the pairs
+    tr = D.neural_batch(300, "ddro", 0, replicates=2, vocab=2, length=3, hidden=4, root=0)
+    assert tr["tolerance"] == pytest.approx(out["tolerance"])   # the same pairs: the same N and rule

@@ -19,11 +19,12 @@ from lib.ddro.categorical import (bt_misfit, bt_plugin_limit, bt_plugin_target, 
                                   fit_bt_plugin, fit_ddro_categorical, fit_dpo_categorical,
                                   fit_kto_categorical,
                                   population_limits)
-from lib.ddro.analysis import floor_slope, rate_tolerance, slope_fit, upper_bound
-from lib.ddro.experiments import MISSPECIFIED_ALPHA, categorical_point, categorical_study, neural_batch
-from lib.ddro.neural import (GRUPolicy, all_sequences, batched_loss, categorical_optimum, ddro_step, dpo_step,
-                             fit_population, gru_weights, sequence_preference, sequence_setup, train_population,
-                             tree_log_probs)
+from lib.ddro.analysis import floor_slope, margin_test, rate_tolerance, slope_fit, upper_bound
+from lib.ddro.experiments import (MISSPECIFIED_ALPHA, categorical_point, categorical_study, neural_adam_batch,
+                                  neural_batch)
+from lib.ddro.neural import (AdamFits, GRUPolicy, adam_population, all_sequences, batched_loss, categorical_optimum,
+                             ddro_step, dpo_step, fit_population, gru_weights, sequence_preference, sequence_setup,
+                             train_population, tree_log_probs)
 from lib.ddro.preferences import (Preference, bradley_terry, cyclic, expected_pairs, paired_target, sample_pairs,
                                   sample_unpaired, structures, tv, unpaired_target)
 from lib.stats import loglog_slope
@@ -36,4 +37,5 @@ __all__ = ["Preference", "bradley_terry", "cyclic", "structures", "paired_target
            "bt_misfit", "population_limits", "all_sequences", "sequence_preference", "GRUPolicy", "ddro_step",
            "dpo_step", "fit_population", "gru_weights", "tree_log_probs", "batched_loss", "categorical_optimum",
            "train_population", "sequence_setup", "categorical_point", "categorical_study", "neural_batch",
-           "loglog_slope", "slope_fit", "floor_slope", "rate_tolerance", "upper_bound", "MISSPECIFIED_ALPHA"]
+           "loglog_slope", "slope_fit", "floor_slope", "rate_tolerance", "upper_bound", "margin_test",
+           "MISSPECIFIED_ALPHA", "AdamFits", "adam_population", "neural_adam_batch"]

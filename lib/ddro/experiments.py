@@ -7,7 +7,7 @@ import numpy as np
 
 from lib.ddro.categorical import (_policy, bt_plugin_target, bt_scores, fit_ddro_categorical,
                                   fit_kto_categorical)
-from lib.ddro.neural import sequence_setup, train_population
+from lib.ddro.neural import adam_population, sequence_setup, train_population
 from lib.ddro.preferences import Preference, paired_target, sample_pairs, sample_unpaired, tv
 from lib.seeding import stream
 
@@ -86,3 +86,22 @@ def neural_batch(N: int, kind: str, seed: int, *, replicates: int, vocab: int, l
             "optimum_tv": [tv(q, setup.target) for q in fits.optimum],
             "steps": fits.steps.tolist(), "converged": fits.converged.tolist(),
             "excess": fits.excess.tolist(), "tolerance": fits.tolerance.tolist()}
+
+
+def neural_adam_batch(N: int, seed: int, *, replicates: int, vocab: int, length: int, hidden: int, root: int,
+                      steps: int = 2000, lr: float = 1e-2, rho: float = 1e-3, beta: float = 1.0,
+                      clip: float = 1e-3) -> dict:
+    """The Adam arm of the sequence study: the DDRO fits of :func:`neural_batch` on the same pairs
+    (the stream ``("gru-pairs", N, seed, r)`` of ``root``) and from the same reference GRU, trained
+    instead by full-batch Adam for ``steps`` steps (:func:`lib.ddro.neural.adam_population`). Per
+    replicate, lists: ``tv`` (final TV to p₊), ``met`` (first step meeting the stopping rule, −1 if
+    none), ``excess`` and ``min_excess`` (final and smallest excess training loss over the
+    categorical optimum) and ``tolerance`` (the stopping rule's)."""
+    setup = sequence_setup(vocab, length, hidden, root)
+    counts = [sample_pairs(setup.pi, setup.pref, int(N), stream(root, "gru-pairs", N, seed, r))
+              for r in range(replicates)]
+    fits = adam_population("ddro", setup.ref, setup.pi, counts, vocab, length, steps=steps, lr=lr, rho=rho,
+                           beta=beta, clip=clip)
+    return {"tv": [tv(p, setup.target) for p in fits.policies], "met": fits.met.tolist(),
+            "excess": fits.excess.tolist(), "min_excess": fits.min_excess.tolist(),
+            "tolerance": fits.tolerance.tolist()}

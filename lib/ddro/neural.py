@@ -401,6 +401,70 @@ def train_population(kind: str, ref: GRUPolicy, pi: np.ndarray, counts, vocab: i
     return Fits(pol / pol.sum(1, keepdims=True), steps, steps < max_steps, excess, tol.numpy(), optimum)
 
 
+@dataclass
+class AdamFits:
+    """A batch of policies fine-tuned by full-batch Adam for a fixed number of steps: the final
+    ``policies`` (M, S); per member the first step at which it met the stopping rule (``met``, −1
+    if never), its final ``excess`` training loss over the categorical optimum, the smallest excess
+    it reached (``min_excess``), the ``tolerance`` of the stopping rule, and ``trace`` (T, M), the
+    excess every ``steps // T`` steps."""
+
+    policies: np.ndarray
+    met: np.ndarray
+    excess: np.ndarray
+    min_excess: np.ndarray
+    tolerance: np.ndarray
+    trace: np.ndarray
+
+
+def adam_population(kind: str, ref: GRUPolicy, pi: np.ndarray, counts, vocab: int, length: int,
+                    steps: int = 2000, lr: float = 1e-2, rho: float = 1e-3, beta: float = 1.0,
+                    clip: float = 1e-3, n_trace: int = 50) -> AdamFits:
+    """Fine-tune M copies of the reference GRU at once, copy m on pair counts ``counts[m]``, by
+    full-batch Adam (``lr``, ``steps`` steps, :func:`lib.population.adam_step`: per member and per
+    weight, so the members stay independent) on the loss ``kind`` in float64, the first-order
+    alternative to :func:`train_population`'s trust-region method on the same pairs. It records
+    when each member first meets :func:`train_population`'s stopping rule (it does not stop
+    there: an unstable fit may leave the tolerance again) and its excess training loss over the
+    categorical optimum along the way. Nothing is random."""
+    torch = _torch()
+    from lib.population import adam_step
+
+    if steps < 1 or not lr > 0:
+        raise ValueError("need steps ≥ 1 and lr > 0")
+    counts = [np.asarray(c, float) for c in counts]
+    M, S = len(counts), vocab ** length
+    every = max(1, steps // n_trace)
+    with one_thread():
+        w0 = gru_weights(ref)
+        logp_ref = tree_log_probs(w0, vocab, length)[0].detach()
+        Ct = torch.as_tensor(np.stack(counts), dtype=torch.float64)
+        optimum = np.stack([categorical_optimum(kind, pi, c, beta, clip) for c in counts])
+        with torch.no_grad():
+            best = batched_loss(kind, torch.log(torch.as_tensor(optimum)), logp_ref, Ct, beta=beta, clip=clip)
+        tol = np.array([rho * (S - 1) / c.sum() for c in counts])
+        params = {k: v.detach().expand(M, *v.shape[1:]).clone().requires_grad_(True) for k, v in w0.items()}
+        moments = [(torch.zeros_like(v), torch.zeros_like(v)) for v in params.values()]
+        met = np.full(M, -1)
+        lowest = np.full(M, np.inf)
+        trace = []
+        for t in range(steps + 1):
+            loss = batched_loss(kind, tree_log_probs(params, vocab, length), logp_ref, Ct, beta=beta, clip=clip)
+            excess = (loss - best).detach().numpy()
+            met[(met < 0) & (excess <= tol)] = t
+            lowest = np.minimum(lowest, excess)
+            if t % every == 0:
+                trace.append(excess)
+            if t == steps:
+                break
+            grads = torch.autograd.grad(loss.sum(), list(params.values()))
+            with torch.no_grad():
+                adam_step(list(params.values()), grads, moments, t + 1, lr)
+        with torch.no_grad():
+            pol = torch.exp(tree_log_probs(params, vocab, length)).numpy()
+    return AdamFits(pol / pol.sum(1, keepdims=True), met, excess, lowest, tol, np.array(trace))
+
+
 # ----------------------------------------------------------------------------------------------
 # The sequence study, one training run per sweep point
 # ----------------------------------------------------------------------------------------------
