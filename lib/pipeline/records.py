@@ -478,11 +478,26 @@ def section_cell(book: Book, chapter: ChapterSource) -> dict:
 
 
 # -- commands -------------------------------------------------------------------------------
+def _select(book: Book, keys: list[str]) -> list[ChapterSource]:
+    """The chapters named on the command line (as the CLI selects them; 'all' for every one)."""
+    return book.chapters() if keys == ["all"] else [book.chapter(k) for k in keys]
+
+
+def _report(r) -> None:
+    """One line per rerun, as `companion run` prints it (the notebook's error when it failed)."""
+    import sys as _sys
+
+    tag = {"cached": "cached", "ran": "ran", "failed": "FAILED"}[r.status]
+    line = f"{r.chapter.slug} [{r.profile}] {tag} ({r.runtime_s:.1f}s)"
+    print(line + (f": {tally(r.results.get('claims', []))} → {r.out_dir}" if r.status != "failed" else ""),
+          flush=True)
+    if r.status == "failed":
+        print(r.message, file=_sys.stderr, flush=True)
+
+
 def cmd_record(book: Book, args) -> int:
     """`companion record CH... --profile P [--from DIR]`: writes book/records/P/<slug>.json and
     nothing else, with the chapter's canary (its `quick` run, cached when the code is unchanged)."""
-    from lib.pipeline.cli import _select
-
     chapters = _select(book, args.chapters)
     if args.from_dir and len(chapters) > 1:
         raise UsageError("--from takes one chapter at a time")
@@ -496,7 +511,6 @@ def cmd_record(book: Book, args) -> int:
 
 
 def _rerun(book: Book, chapters, records_: dict, profile: str, scheduler) -> list:
-    from lib.pipeline.cli import _report
     from lib.pipeline.runner import run_tasks
 
     for ch in chapters:
@@ -514,7 +528,6 @@ def cmd_verify(book: Book, args) -> int:
     in DIR, and compare with its record: exactly on the record's CPU model and library versions,
     within RTOL otherwise. 0 agree, 2 differ, 1 a rerun failed, 64 bad usage."""
     from lib import results
-    from lib.pipeline.cli import _exit, _select
     from lib.pipeline.runner import CLAIM_FAILED, EXEC_FAILED, OK
 
     chapters = _select(book, args.chapters)
@@ -541,7 +554,7 @@ def cmd_verify(book: Book, args) -> int:
         pairs = [(ch, doc)]
     else:
         runs = _rerun(book, chapters, records_, args.profile, args.scheduler)
-        if _exit(runs) == EXEC_FAILED:
+        if any(r.exit_code == EXEC_FAILED for r in runs):
             return EXEC_FAILED
         pairs = [(r.chapter, r.results) for r in runs]
     code = OK
@@ -660,8 +673,6 @@ def cmd_rekey(book: Book, args) -> int:
     `git worktree` checkout). Equal: the record is carried to the current code, with the commit
     and both canaries' digests as evidence. Otherwise it stays stale. 0 every record current or
     carried, 2 some stay stale, 64 bad usage."""
-    from lib.pipeline.cli import _select
-
     chapters = _select(book, args.chapters)
     for ch in chapters:  # every record exists before any canary runs
         if load(book, args.profile, ch) is None:
