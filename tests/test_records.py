@@ -393,6 +393,20 @@ def test_rekey_of_a_record_without_a_canary_runs_one_at_the_records_commit(recor
     assert not git(recorded, "worktree", "list").count("\n")  # the temporary checkout is gone
 
 
+def test_rekey_never_carries_a_changed_parameter_or_past_a_failing_canary(recorded):
+    edit(recorded / "lib" / "fixture_paper.py", "    return float(np.mean(scale + rng.standard_normal(n)))",
+         "    draws = scale + rng.standard_normal(n)\n    return float(np.mean(draws))")
+    (recorded / "book" / "params" / "quick.yaml").write_text("99-fixture: {n: 4, points: 2, fail: true}\n")
+    commit(recorded, "a refactor, and a canary that fails")
+    out = companion("rekey", "99", root=recorded)
+    assert out.returncode == 2 and "canary run failed" in out.stdout and "asked to fail" in out.stdout, out.stdout
+    (recorded / "book" / "params" / "paper.yaml").write_text("99-fixture: {n: 65, points: 3}\n")
+    commit(recorded, "another parameter")
+    out = companion("rekey", "99", root=recorded)
+    assert out.returncode == 2 and "parameters changed (parameter n (64 → 65)" in out.stdout, out.stdout
+    assert _record(recorded)["confirmed"]["method"] == "recomputed"
+
+
 def test_status_shows_each_records_state(recorded):
     out = companion("status", "--profile", "paper", root=recorded)
     assert out.returncode == 0
