@@ -36,7 +36,7 @@ from lib.claims import tally
 from lib.pipeline.chapters import PROFILES, Book, UsageError, quote
 from lib.pipeline import records
 from lib.pipeline.runner import (CLAIM_FAILED, EXEC_FAILED, OK, USAGE, RunResult, check_scheduler, is_fresh,
-                                 output_dir, resolve, run_many)
+                                 output_dir, resolve, run_many, stored)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -45,6 +45,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 MAX_JOBS = 256
+PROFILE_HELP = ("quick: seconds per chapter (smoke test); default: what the book shows, ≤ 3 CPU-minutes "
+                "per chapter; paper: the papers' scale where a CPU reaches it (book/params/)")
 
 
 def _jobs(text: str) -> int:
@@ -92,7 +94,7 @@ def _parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="execute chapters with papermill")
     run.add_argument("chapters", nargs="+", metavar="CH", help="number (1, 01) or slug; 'all'")
-    run.add_argument("--profile", default="default", choices=PROFILES)
+    run.add_argument("--profile", default="default", choices=PROFILES, help=PROFILE_HELP)
     run.add_argument("-p", "--param", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"))
     run.add_argument("--out", type=_out, help="output folder (one chapter): new, empty, or an earlier run's")
     run.add_argument("--force", action="store_true", help="run even if cached")
@@ -103,21 +105,21 @@ def _parser() -> argparse.ArgumentParser:
 
     params = sub.add_parser("params", help="a chapter's resolved parameters as YAML, for `papermill -f`")
     params.add_argument("chapter", metavar="CH")
-    params.add_argument("--profile", default="default", choices=PROFILES)
+    params.add_argument("--profile", default="default", choices=PROFILES, help=PROFILE_HELP)
     params.add_argument("-p", "--param", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"))
 
     build = sub.add_parser("build", help="run what is missing or stale, then build the HTML book")
-    build.add_argument("--profile", default="default", choices=PROFILES)
+    build.add_argument("--profile", default="default", choices=PROFILES, help=PROFILE_HELP)
     build.add_argument("--jobs", type=_jobs, default=1)
     build.add_argument("--force", action="store_true")
 
     status = sub.add_parser("status", help="per chapter: cached?, claims held, runtime")
-    status.add_argument("--profile", default="default", choices=PROFILES)
+    status.add_argument("--profile", default="default", choices=PROFILES, help=PROFILE_HELP)
 
     seeds = sub.add_parser("seeds", help="run chapters over many seeds; how often each claim holds")
     seeds.add_argument("chapters", nargs="+", metavar="CH", help="number (1, 01) or slug; 'all'")
     seeds.add_argument("--seeds", default="0-9", help="a range 0-9, a list 3,17,42, or both (0-4,17)")
-    seeds.add_argument("--profile", default="default", choices=PROFILES)
+    seeds.add_argument("--profile", default="default", choices=PROFILES, help=PROFILE_HELP)
     seeds.add_argument("--jobs", type=_jobs, default=1, help="runs in parallel (cores are split)")
     seeds.add_argument("--scheduler", help="Dask scheduler address for the chapters' sweeps")
     seeds.add_argument("--force", action="store_true", help="run even if cached")
@@ -132,13 +134,13 @@ def _parser() -> argparse.ArgumentParser:
 
     record = sub.add_parser("record", help="store a chapter's run as a committed record (book/records/)")
     record.add_argument("chapters", nargs="+", metavar="CH", help="number (1, 01) or slug; 'all'")
-    record.add_argument("--profile", default="default", choices=PROFILES)
+    record.add_argument("--profile", default="default", choices=PROFILES, help=PROFILE_HELP)
     record.add_argument("--from", dest="from_dir", type=Path, metavar="DIR",
                         help="the run folder to record (default: the book's run of the profile)")
 
     verify = sub.add_parser("verify", help="rerun recorded chapters and compare with their records")
     verify.add_argument("chapters", nargs="+", metavar="CH", help="number (1, 01) or slug; 'all'")
-    verify.add_argument("--profile", default="default", choices=PROFILES)
+    verify.add_argument("--profile", default="default", choices=PROFILES, help=PROFILE_HELP)
     verify.add_argument("--scheduler", help="Dask scheduler address for the chapters' sweeps")
     verify.add_argument("--run", type=Path, metavar="DIR",
                         help="compare the run in DIR with the record instead of recomputing")
@@ -146,12 +148,14 @@ def _parser() -> argparse.ArgumentParser:
     rekey = sub.add_parser("rekey", help="carry stale records to the current code where their canary "
                                          "(the quick run) gives the same claims and metrics")
     rekey.add_argument("chapters", nargs="+", metavar="CH", help="number (1, 01) or slug; 'all'")
-    rekey.add_argument("--profile", default="paper", choices=PROFILES)
+    rekey.add_argument("--profile", default="paper", choices=PROFILES, help=PROFILE_HELP)
 
     prof = sub.add_parser("profile", help="run one chapter with profiling on: time per cell and "
                                           "sweep function, FLOP/s against the matmul peak")
     prof.add_argument("chapter", metavar="CH")
-    prof.add_argument("--profile", default="default", choices=PROFILES)
+    prof.add_argument("--profile", default="default", choices=PROFILES, help=PROFILE_HELP)
+    prof.add_argument("--record", action="store_true",
+                      help="also store it as book/records/profile/P/<slug>.json (the reproducing page's table)")
     prof.add_argument("-p", "--param", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"))
 
     strip = sub.add_parser("strip", help="remove outputs from chapter notebooks (in place)")
@@ -244,9 +248,24 @@ def cmd_run(book: Book, args) -> int:
         for ch in chapters:
             params = resolve(book, ch, args.profile, overrides)
             print(f"{ch.slug} [{args.profile}]: " + ", ".join(f"{k}={v!r}" for k, v in params.items()))
+            print(f"  expected: {_expected_time(book, ch, args.profile, overrides)}")
         return OK
     return _exit(run_many(book, chapters, args.profile, overrides, args.out, args.force,
                           args.jobs, args.scheduler, _report))
+
+
+def _expected_time(book: Book, chapter, profile: str, overrides: dict) -> str:
+    """What a run is likely to cost, from the profile's committed record or the last run there."""
+    record = records.load(book, profile, chapter)
+    prov, source = ((record or {}).get("provenance") or {}), "its committed record"
+    if not prov:
+        doc = stored(book.run_dir(profile, chapter)) or {}
+        prov, source = doc.get("provenance") or {}, "the last run at this profile"
+    if not prov.get("runtime_s"):
+        return "unknown (no record and no earlier run at this profile)"
+    cpu = f", {prov['cpu_s'] / 60:.1f} CPU-minutes" if prov.get("cpu_s") else ""
+    caveat = " with other parameters" if overrides else ""
+    return f"about {prov['runtime_s'] / 60:.1f} minutes of wall time{cpu} ({source}{caveat})"
 
 
 def cmd_status(book: Book, args) -> int:
@@ -277,11 +296,22 @@ def cmd_build(book: Book, args) -> int:
         print("not building the book: a chapter failed", file=sys.stderr)
         return code
     ok = build_html(book, args.profile)
+    _recap(results, args.profile)
     return code if ok else EXEC_FAILED
 
 
+def _recap(results: list[RunResult], profile: str) -> None:
+    """The build's last lines: every chapter's outcome, so the one that matters is not lost among
+    minutes of progress output."""
+    print(f"\nrecap ({profile}):")
+    for r in results:
+        claims = (r.results or {}).get("claims", [])
+        word = "FAILED TO RUN" if r.status == "failed" else tally(claims)
+        print(f"  {r.chapter.slug:<40} {word}")
+
+
 def cmd_seeds(book: Book, args) -> int:
-    from lib.pipeline.seeds import all_held, parse_seeds, run_seeds
+    from lib.pipeline.seeds import all_held, claim_line, parse_seeds, run_seeds, seeds_dir
 
     seeds = parse_seeds(args.seeds)
     chapters = _select(book, args.chapters)
@@ -294,16 +324,8 @@ def cmd_seeds(book: Book, args) -> int:
         if not executed:
             print("  some runs failed to execute (see above)")
         for c in summary["claims"]:
-            extra = f"  failed on seeds {c['failed_seeds']}" if c["failed_seeds"] else ""
-            extra += f"  not run on {c['not_run']}" if c["not_run"] else ""
-            evaluated = len(seeds) - c.get("skipped", 0)
-            extra += f"  (not evaluated at {summary['profile']} on {c['skipped']})" if c.get("skipped") else ""
-            if c.get("verdicts"):
-                tally = ", ".join(f"{v} {len(got)}/{evaluated}" + (f" (seeds {got})" if len(got) < evaluated else "")
-                                  for v, got in sorted(c["verdicts"].items()))
-                print(f"  {c['kind']:<9} {c['id']:<40} {tally}")
-            else:
-                print(f"  {c['kind']:<9} {c['id']:<40} held {c['held']}/{evaluated}{extra}")
+            print(f"  {c['kind']:<9} {c['id']:<40} {claim_line(c, seeds, summary['profile'])}")
+        print(f"  → {seeds_dir(book, summary['profile'], book.chapter(summary['chapter'])) / 'summary.json'}")
         ok &= all_held(summary, executed)
     return OK if ok else CLAIM_FAILED
 
@@ -366,9 +388,13 @@ def cmd_strip(book: Book, args) -> int:
 
 
 def cmd_profile(book: Book, args) -> int:
-    from lib.pipeline.profile import profile
+    from lib.pipeline.profile import profile, write_record
 
-    return profile(book, book.chapter(args.chapter), args.profile, dict(args.param), _report)
+    chapter = book.chapter(args.chapter)
+    code = profile(book, chapter, args.profile, dict(args.param), _report)
+    if args.record and code in (OK, CLAIM_FAILED):
+        print(f"→ {write_record(book, chapter, args.profile)}")
+    return code
 
 
 COMMANDS = {"list": cmd_list, "run": cmd_run, "params": cmd_params, "status": cmd_status, "build": cmd_build,
@@ -379,6 +405,9 @@ COMMANDS = {"list": cmd_list, "run": cmd_run, "params": cmd_params, "status": cm
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:  # a newcomer's first try: the commands, not an error
+        _parser().print_help()
+        return OK
     try:
         params = []
         if argv and argv[0] in ("run", "params", "profile"):
