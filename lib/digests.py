@@ -85,11 +85,20 @@ def file_digest(path: Path, rel: str | None = None) -> str:
     if rel is not None and rel in PRESENTATION:
         return PRESENTATION_DIGEST
     path = Path(path)
+    try:
+        st = path.stat()
+    except OSError:
+        return "missing"
     if not path.is_file():
         return "missing"
-    if path.suffix == ".py":
-        return python_digest(path.read_text(encoding="utf-8", errors="surrogateescape"))
-    return _sha(path.read_bytes())
+    key = (str(path.resolve()), st.st_mtime_ns, st.st_size)  # remembered per file version
+    if key not in _DIGESTS:
+        _DIGESTS[key] = (python_digest(path.read_text(encoding="utf-8", errors="surrogateescape"))
+                         if path.suffix == ".py" else _sha(path.read_bytes()))
+    return _DIGESTS[key]
+
+
+_DIGESTS: dict[tuple, str] = {}
 
 
 def notebook_cells(path: Path) -> list:
@@ -153,9 +162,24 @@ def _module_name(root: Path, path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+_IMPORTS: dict[tuple, set[str]] = {}
+
+
 def _imported(root: Path, path: Path) -> set[str]:
     """Every module a file imports, anywhere in it (inside functions too), as absolute names:
-    ``from a import b`` counts as ``a`` and ``a.b`` (b may be a submodule)."""
+    ``from a import b`` counts as ``a`` and ``a.b`` (b may be a submodule). Remembered per file
+    version (its modification time and size): a chapter may call sweep() many times."""
+    try:
+        st = Path(path).stat()
+    except OSError:
+        return set()
+    key = (str(root), str(path), st.st_mtime_ns, st.st_size)
+    if key not in _IMPORTS:
+        _IMPORTS[key] = _parse_imports(root, path)
+    return _IMPORTS[key]
+
+
+def _parse_imports(root: Path, path: Path) -> set[str]:
     try:
         tree = ast.parse(Path(path).read_text(encoding="utf-8", errors="surrogateescape"))
     except (SyntaxError, ValueError, OSError):
