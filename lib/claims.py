@@ -48,8 +48,9 @@ How each helper judges an alternative or a control (a number, or an array for ``
 ``close``/``all_close`` by the claim's tolerance around the theory; ``within`` by the band
 (an alternative ``p`` is rejected when the value lies outside ``[p − w, p + w]`` with ``w`` the
 band's half-width, or outside ``p`` itself when ``p`` is a pair ``(low, high)``); ``at_most``
-(theory: value ≤ bound) rejects an alternative "value ≥ p" when value < p, and ``at_least``
-rejects "value ≤ p" when value > p. A control's value is judged by the claim's own rule (the
+(theory: value ≤ bound) rejects an alternative "value ≥ p" when value < p and ``p`` itself
+breaks the bound, and ``at_least`` rejects "value ≤ p" when value > p and ``p`` is below the
+bound: a rival whose prediction passes the claim's own rule is not told apart by it. A control's value is judged by the claim's own rule (the
 same band, bound or tolerance). Where the comparison is bespoke, pass
 ``Alternative(statement, prediction, rejected=...)`` and ``Control(statement, value, holds=...)``.
 
@@ -388,9 +389,10 @@ class Claims:
         def ok(v):
             return _finite(v, bound) and v <= bound
 
+        # a rival whose own prediction passes the rule cannot be told apart by it
         return self._record(id, statement, theory=bound, simulation=value, holds=ok(value),
                             tolerance=tolerance or f"simulation ≤ {format_value(float(bound))}", rule=ok,
-                            rejects=lambda p: _finite(value, p) and value < p, **kw)
+                            rejects=lambda p: _finite(value, p) and value < p and not ok(p), **kw)
 
     def at_least(self, id: str, statement: str, *, value: float, bound: float,
                  tolerance: str | None = None, **kw) -> Claim:
@@ -400,7 +402,7 @@ class Claims:
 
         return self._record(id, statement, theory=bound, simulation=value, holds=ok(value),
                             tolerance=tolerance or f"simulation ≥ {format_value(float(bound))}", rule=ok,
-                            rejects=lambda p: _finite(value, p) and value > p, **kw)
+                            rejects=lambda p: _finite(value, p) and value > p and not ok(p), **kw)
 
     def within(self, id: str, statement: str, *, value: float, low: float, high: float,
                tolerance: str | None = None, **kw) -> Claim:

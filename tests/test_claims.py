@@ -339,3 +339,14 @@ def test_a_chapter_shares_one_false_alarm_budget():
     assert c.false_alarm_total() > CHAPTER_FALSE_ALARM
     # a skipped claim decides nothing and spends nothing
     assert false_alarm_total([{"holds": None, "false_alarm": 1e-3}, {"holds": True, "false_alarm": 1e-4}]) == 1e-4
+
+
+def test_a_rival_whose_prediction_passes_the_rule_is_not_rejected():
+    """'value ≤ 0.5' cannot tell the claim from a rival predicting 0.23: both pass the rule."""
+    c = Claims("00-test", profile="default")
+    kw = dict(source="paper", control=Control("x", 1.0))
+    near = c.at_most("near", "s", value=0.05, bound=0.5, alternative=("reward weighting", 0.23), **kw)
+    far = c.at_most("far", "s", value=0.05, bound=0.15, alternative=("reward weighting", 0.23), **kw)
+    assert near.alternative["rejected"] is False and far.alternative["rejected"] is True
+    up = c.at_least("up", "s", value=0.9998, bound=0.95, alternative=("1 − τ", 0.987), **kw)
+    assert up.alternative["rejected"] is False
