@@ -245,8 +245,9 @@ def fit_population(kind: str, logp_of, params: dict, logp_ref, C, best, tol, max
     from the right, and the minimiser over all policies puts it exactly at c, a kink; one that
     loses rarely sits just below c, at the bottom of a steep wall (curvature ∝ N₋/(1 − α e^h)²)
     with the flat piece just above: full-batch Adam can oscillate at both and leave the stopping
-    rule's tolerance again after meeting it (:func:`adam_population` measures how often). The chapter's estimator, the categorical minimiser of :func:`categorical_optimum`
-    whose loss is ``best``, minimises the loss over the policies with g ≤ (1 − clip)/α, i.e.
+    rule's tolerance again after meeting it (:func:`adam_population` measures how often). The
+    chapter's estimator, the categorical minimiser of :func:`categorical_optimum` whose loss is
+    ``best``, minimises the loss over the policies with g ≤ (1 − clip)/α, i.e.
     h ≤ c, where L is the sum of the smooth pieces; the fit is kept in that set too: the clip is a
     constraint. One step, per member:
 
