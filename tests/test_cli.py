@@ -92,7 +92,9 @@ def test_constraints_are_read_from_the_parameters_cell(tmp_path):
 def test_dry_run_validates_every_chapter_at_every_profile(profile):
     out = companion("run", "all", "--profile", profile, "--dry-run", timeout=120)
     assert out.returncode == 0, out.stderr
-    assert len(out.stdout.strip().splitlines()) == len(Book(ROOT).chapters())
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 2 * len(Book(ROOT).chapters())  # each chapter's values, then its expected time
+    assert all(line.startswith("  expected: ") for line in lines[1::2])
     assert not out.stderr
 
 
