@@ -59,6 +59,19 @@ def loaded_sources(root: str | os.PathLike | None = None, noted: bool = True) ->
     return sorted(f for f in files if f.startswith(tuple(roots)))
 
 
+#: The thread count a user asks for (``COMPANION_THREADS``; 0 or unset: the runner decides).
+THREADS_ENV = "COMPANION_THREADS"
+
+
+def requested_threads() -> int:
+    """``$COMPANION_THREADS`` as a number (0 when unset): the one place it is read. The runner
+    turns it into the run context's ``threads``, which is what a chapter reads."""
+    try:
+        return max(0, int(os.environ.get(THREADS_ENV) or 0))
+    except ValueError:
+        return 0
+
+
 @dataclass(frozen=True)
 class RunContext:
     profile: str = "default"

@@ -42,7 +42,7 @@ from pathlib import Path
 
 from lib.pipeline.chapters import Book, ChapterSource, UsageError
 from lib.pipeline.runner import EXEC_FAILED, output_dir, resolve, run_many
-from lib.run import PROFILING_ENV
+from lib.run import PROFILING_ENV, requested_threads
 
 PEAK_N = 2048
 PEAK_REPEATS = 5
@@ -171,7 +171,7 @@ def profile(book: Book, chapter: ChapterSource, profile: str, overrides: dict, r
     resolve(book, chapter, profile, overrides)  # bad parameters: UsageError before any work
     folder = profile_dir(book, chapter, profile)
     out = output_dir(book, chapter, profile, folder / "run")  # refused (UsageError) before any work
-    threads = int(os.environ.get("COMPANION_THREADS") or 0) or os.cpu_count() or 1  # what the runner sets
+    threads = requested_threads() or os.cpu_count() or 1  # what the runner sets
     folder.mkdir(parents=True, exist_ok=True)
     sweeps = folder / SWEEPS
     sweeps.unlink(missing_ok=True)

@@ -35,7 +35,7 @@ from lib import results
 from lib.claims import failing
 from lib.outputs import MARKER, CommitError, UnsafeOutput, check_output, commit, left_in_place, mark, verify
 from lib.pipeline.chapters import Book, ChapterSource, UsageError
-from lib.run import RunContext
+from lib.run import THREADS_ENV, RunContext, requested_threads
 from lib.provenance import environment, git_commit
 
 ENV_FILES = ("constraints.txt", "pyproject.toml")
@@ -291,7 +291,7 @@ def _execute(book: Book, chapter: ChapterSource, profile: str, params: dict, out
     RunContext(profile=profile, points=str(book.build_dir / "points" / chapter.slug),
                run_key=_sha(notebook_fingerprint(chapter.path), json.dumps(params, sort_keys=True).encode(),
                             environment_fingerprint(book.root)),
-               scheduler=scheduler, threads=int(os.environ.get("COMPANION_THREADS") or 0),
+               scheduler=scheduler, threads=requested_threads(),
                force=force).export()  # --force / verify: no kept sweep point is read
     try:
         pm.execute_notebook(str(tmp / ".input.ipynb"), str(tmp / f"{chapter.slug}.ipynb"),
@@ -326,7 +326,7 @@ def _execute(book: Book, chapter: ChapterSource, profile: str, params: dict, out
                          "python": env["python"], "torch": env.get("torch"), "numpy": env["numpy"],
                          "started": started, "runtime_s": round(runtime, 2),
                          "cpu_s": round(_cpu_seconds() - cpu0, 2),
-                         "threads": int(os.environ.get("COMPANION_THREADS") or env["threads"]),
+                         "threads": requested_threads() or env["threads"],
                          "deps": deps, "sweeps": summary["sweeps"]}
     results.write(tmp, doc)
 
@@ -342,7 +342,7 @@ def _execute(book: Book, chapter: ChapterSource, profile: str, params: dict, out
     return RunResult(chapter, profile, out_dir, "ran", _exit_code(doc), runtime, doc)
 
 
-THREAD_VARS = ("COMPANION_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+THREAD_VARS = (THREADS_ENV, "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                "NUMBA_NUM_THREADS")
 
 
@@ -371,7 +371,7 @@ def run_tasks(book: Book, tasks: list[tuple[ChapterSource, dict, Path | None]], 
     check_scheduler(scheduler)
     jobs = max(1, min(jobs, len(tasks)))
     # The cores are split between parallel chapters; COMPANION_THREADS, when set, wins.
-    set_threads(int(os.environ.get("COMPANION_THREADS") or 0) or max(1, (os.cpu_count() or 1) // jobs))
+    set_threads(requested_threads() or max(1, (os.cpu_count() or 1) // jobs))
     with _scheduler(scheduler) as address:
         return _run_tasks(book, tasks, profile, force, jobs, report, address)
 
