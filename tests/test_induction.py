@@ -353,6 +353,16 @@ def test_lemma7_tolerance_by_hand():
     assert np.allclose(tol, 6 / (30 * 9) * 2.0 + q * 0.01)
 
 
+def test_lemma7_rule_judges_each_prediction_at_its_own_tolerance():
+    kw = dict(n_vocab=32, n_trg=2, l_min=np.array([3, 3]), n_chunks=8, n_tests=2)
+    tol, _ = E.lemma7_tolerance(np.array([2.0, 3.0]), np.array([0.01, 0.01]), **kw)
+    measured = np.array([2.0, 3.0]) + np.array([0.5, 1.5]) * tol
+    out = E.lemma7_rule(measured, [2.0, 3.0], [0.01, 0.01], **kw)
+    assert not out["holds"] and out["misses"] == 1 and np.isclose(out["worst"], 1.5)
+    assert np.allclose(out["ratios"], [0.5, 1.5])
+    assert E.lemma7_rule([2.0, 3.0], [2.0, 3.0], [0.01, 0.01], **kw)["holds"]
+
+
 def test_realistic_foreach_adamw_is_the_per_tensor_update():
     kw = dict(n_vocab=N, n_trg=1, n_pos=20, d_model=16, n_heads=2, batch=8, steps=6,
               early_stop=False)

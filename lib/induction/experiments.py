@@ -175,6 +175,21 @@ def lemma7_tolerance(next_order, se, *, n_vocab: int, n_trg: int, l_min: int, n_
     return bias * np.abs(np.asarray(next_order)) + quantile * np.asarray(se), quantile
 
 
+def lemma7_rule(measured, prediction, se, *, n_vocab: int, n_trg, l_min, n_chunks: int,
+                n_tests: int, false_alarm: float = 1e-3) -> dict:
+    """The Lemma 7 claim's rule applied to one prediction (the next order, or a rival such as the
+    leading order): every ``|measured − prediction|`` within :func:`lemma7_tolerance` computed at
+    that prediction. Returns ``{"holds", "ratios", "misses", "worst"}``: ``ratios`` the
+    per-pair ``|measured − prediction| / tolerance``, ``misses`` how many exceed 1, ``worst``
+    the largest."""
+    measured, prediction = np.asarray(measured, float), np.asarray(prediction, float)
+    tol, _ = lemma7_tolerance(prediction, se, n_vocab=n_vocab, n_trg=n_trg, l_min=l_min,
+                              n_chunks=n_chunks, n_tests=n_tests, false_alarm=false_alarm)
+    ratios = np.abs(measured - prediction) / tol
+    return {"holds": bool(np.all(ratios <= 1.0)), "ratios": ratios.tolist(),
+            "misses": int(np.sum(ratios > 1.0)), "worst": float(np.max(ratios))}
+
+
 def contrast_rule(acc_diverse, acc_narrow, m_test: int, *, level: float = 0.5,
                   false_alarm: float = 1e-3) -> dict:
     """The decision rule of the realistic-model claim (the paper's Fig. 4 finding that the most
