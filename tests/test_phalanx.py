@@ -227,9 +227,20 @@ def test_noninferiority_by_hand_and_its_false_alarm_rate():
 
 
 def test_step_doubling_and_the_design_numbers():
-    assert M.step_doubling([0.03, 0.01], [0.0, 0.0], 0.01) == {"half": 0.02, "full": 0.0, "change": -0.02,
-                                                               "stable": False}
-    assert M.step_doubling([0.005], [0.0], 0.01)["stable"]
+    from scipy.stats import t as student_t
+    moved = M.step_doubling([0.03, 0.01], [0.0, 0.0], 0.01)
+    assert np.isclose(moved["change"], -0.02) and np.isclose(moved["half"], 0.02) and not moved["stable"]
+    # the paired change's 90% interval by hand: changes -0.005, -0.004, -0.006 (mean -0.005, sd 0.001)
+    calm = M.step_doubling([0.01, 0.02, 0.03], [0.005, 0.016, 0.024], 0.01)
+    half_width = student_t.isf(0.05, 2) * 0.001 / np.sqrt(3)
+    assert np.isclose(calm["change"], -0.005) and np.isclose(calm["upper"], -0.005 + half_width)
+    assert calm["stable"]
+    # a mean change inside the band whose own noise is larger is not stable (the referee's case)
+    noisy = M.step_doubling([-0.080, -0.122, -0.138], [-0.127, -0.123, -0.144], 0.01)
+    assert abs(noisy["change"]) < 0.02 and noisy["lower"] < -0.01 and not noisy["stable"]
+    assert not M.step_doubling([0.005], [0.0], 0.01)["stable"]  # one seed: no interval
+    with pytest.raises(ValueError):
+        M.step_doubling([0.0, 0.1], [0.0], 0.01)
     test = M.noninferiority([-0.01, -0.012, -0.011], 0.02, 1e-3)
     d = M.comparison_design(test, learned=True, stable=True, param_ratio=1.001, max_param_ratio=1.02,
                             context_control=None)
@@ -237,6 +248,11 @@ def test_step_doubling_and_the_design_numbers():
     for bad in (dict(learned=False, stable=True, param_ratio=1.0), dict(learned=True, stable=False, param_ratio=1.0),
                 dict(learned=True, stable=True, param_ratio=1.1)):
         assert not M.comparison_design(test, max_param_ratio=1.02, context_control=True, **bad)["matched"]
+    # the positive control failed: the regime does not use context, so the arms are not compared where it matters
+    assert not M.comparison_design(test, learned=True, stable=True, param_ratio=1.0, max_param_ratio=1.02,
+                                   context_control=False)["matched"]
+    assert M.comparison_design(test, learned=True, stable=True, param_ratio=1.0, max_param_ratio=1.02,
+                               context_control=True)["matched"]
     short = M.comparison_design(M.noninferiority([0.0], 0.02, 1e-3), learned=True, stable=True, param_ratio=1.0,
                                 max_param_ratio=1.02, context_control=True)
     assert short["control"] is False and short["detectable"] is None
