@@ -538,3 +538,26 @@ def test_paper_cells_and_freezing_at_the_paper_step():
     assert out["rel_gap"] < 1e-9 and out["same_greedy"]
     slow = C.freeze_compare(2, 8, 0, lr=1.0, batch=64, max_batches=3, root=0)  # a moderate step does not freeze
     assert slow["frozen_tabular"] is None and slow["frozen_transformer"] is None
+
+
+def test_solve_rate_ceiling_is_the_clopper_pearson_upper_bound():
+    assert C.solve_rate_ceiling(20, 20) == 1.0
+    # 0 of n: the bound solves (1 − p)^n = 1 − confidence
+    assert C.solve_rate_ceiling(0, 20) == pytest.approx(1 - 0.05 ** (1 / 20), rel=1e-9)
+    bounds = [C.solve_rate_ceiling(s, 20) for s in range(21)]
+    assert all(a < b for a, b in zip(bounds, bounds[1:]))
+    assert all(s / 20 < b for s, b in zip(range(20), bounds))
+    assert C.solve_rate_ceiling(5, 20, 0.99) > C.solve_rate_ceiling(5, 20, 0.95)
+    with pytest.raises(ValueError):
+        C.solve_rate_ceiling(21, 20)
+
+
+def test_batch_sweep_counts_runs_and_larger_batches_pass_a_wide_stage():
+    rows = C.batch_sweep([(2, 32)], [16, 512], range(6), lr_direct=1e8, lr_curriculum=1e5,
+                         budget_direct=4096, budget_curriculum=4096, n_test=1024, root=3)
+    assert len(rows) == 2 * len(C.ROUTES)
+    assert all(r["runs"] == 6 and 0 <= r["solved"] <= 6 for r in rows)
+    solved = {(r["batch"], r["route"]): r["solved"] for r in rows}
+    # one frozen batch of 16 rarely ranks the right child first among 32; a batch of 512 does
+    assert solved[(512, "hint")] > solved[(16, "hint")]
+    assert solved[(512, "depth")] > solved[(16, "depth")]

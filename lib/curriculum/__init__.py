@@ -37,7 +37,8 @@ from lib.curriculum.one_step import (LEARNED, curriculum_fast, curriculum_litera
                                      n_star_theory, onestep_fast, onestep_literal, onestep_theory,
                                      sampler_check, slope_fit, slope_half_width, stage_setup, two_proportion_p,
                                      two_proportion_z)
-from lib.curriculum.experiments import (ORACLE_Q, PAPER_CELLS, best_of_n_vs_ltar, freeze_compare, n_star_point,
+from lib.curriculum.experiments import (ORACLE_Q, PAPER_CELLS, batch_sweep, best_of_n_vs_ltar, freeze_compare,
+                                        n_star_point,
                                         onestep_count, oracle_tree, sampler_cell, snr_point, solve_point, stack_runs,
                                         stream,
                                         sweep_n_star, train_point)
@@ -46,13 +47,14 @@ from lib.curriculum.inference import (best_of_n, ltar, mean_test_z, rejection_co
                                       test_time_theory, verification_length)
 from lib.curriculum.training import (fisher_detectable, fisher_greater_p, fisher_power, hacking_fraction,
                                      judged_correct_probability, martingale_p, samples_to_solve,
-                                     solve_time, test_accuracy, train)
+                                     solve_rate_ceiling, solve_time, test_accuracy, train)
 from lib.curriculum.transformer import PositionalTransformer, compare_transformer
 from lib.curriculum.tree import (ROUTES, ReasoningTree, base_success, correct_paths, mod_chain,
                                  parity)
 from lib.stats import loglog_slope
 
-__all__ = ["LEARNED", "ORACLE_Q", "PAPER_CELLS", "ROUTES", "fisher_detectable", "freeze_compare",
+__all__ = ["LEARNED", "ORACLE_Q", "PAPER_CELLS", "ROUTES", "batch_sweep", "solve_rate_ceiling", "fisher_detectable",
+           "freeze_compare",
            "PositionalTransformer", "ReasoningTree", "base_success",
            "best_of_n", "best_of_n_vs_ltar", "fisher_greater_p", "fisher_power", "compare_transformer",
            "correct_paths", "curriculum_fast", "gradient_snr_sample", "gradient_snr_theory",

@@ -167,6 +167,26 @@ def solve_point(k: int, d: int, route: str, seed: int, *, lr: float, budget: int
                       n_test=n_test, ema=ema)
 
 
+def batch_sweep(cells, batches, seeds, *, lr_direct: float, lr_curriculum: float, budget_direct: int,
+                budget_curriculum: int, n_test: int, root: int = 0) -> list[dict]:
+    """Solve counts of :func:`solve_point` at each cell ``(k, d)``, batch size and route, over
+    ``seeds`` (each run on its own stream, so seeds disjoint from another sweep's give
+    independent runs); every batch size spends the same rollout budgets.  Returns one row per
+    (k, d, batch, route) with ``solved`` (runs that reach 99% test accuracy) and ``runs``."""
+    from lib.curriculum.tree import ROUTES
+
+    seeds = list(seeds)
+    rows = []
+    for k, d in cells:
+        for batch in batches:
+            for route in ROUTES:
+                lr, budget = (lr_direct, budget_direct) if route == "direct" else (lr_curriculum, budget_curriculum)
+                solved = sum(math.isfinite(solve_point(k, d, route, s, lr=lr, budget=budget, batch=batch,
+                                                       n_test=n_test, root=root)["solved_at"]) for s in seeds)
+                rows.append({"k": k, "d": d, "batch": batch, "route": route, "solved": solved, "runs": len(seeds)})
+    return rows
+
+
 #: The cells (k*, d) of the paper's own iterative runs at its step sizes: d = 8 with k* = 3 (target
 #: [0, 1, 2]), and d = 16 and 32 with k* = 2.
 PAPER_CELLS = ((3, 8), (2, 16), (2, 32))

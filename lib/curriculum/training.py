@@ -238,3 +238,17 @@ def fisher_detectable(n: int, level: float, p2: float = 0.0, power: float = 0.8,
         mid = (lo + hi) / 2
         lo, hi = (lo, mid) if fisher_power(n, mid, p2, level) >= power else (mid, hi)
     return hi
+
+
+def solve_rate_ceiling(solved: int, runs: int, confidence: float = 0.95) -> float:
+    """One-sided upper Clopper–Pearson bound, at ``confidence``, on the solve rate of an arm that
+    solved ``solved`` of ``runs`` independent runs: the largest rate that arm's design is
+    consistent with (1 when every run solved)."""
+    from scipy import stats
+
+    solved, runs = int(solved), int(runs)
+    if not 0 <= solved <= runs or runs < 1:
+        raise ValueError(f"need 0 ≤ solved ≤ runs and runs ≥ 1, got {solved} of {runs}")
+    if solved == runs:
+        return 1.0
+    return float(stats.beta.ppf(confidence, solved + 1, runs - solved))
