@@ -432,3 +432,27 @@ def test_violation_ceiling_sign_test_and_kendall_test():
     assert k["tau"] == 1.0 and k["p"] == pytest.approx(1 / 720)
     assert k["critical"] == pytest.approx(L.stratified_kendall(x, x, np.zeros(6), alpha=0.01)["critical"])
     assert L.one_sided_z(0.001) == pytest.approx(3.0902, abs=1e-4)
+
+
+def test_kendall_power_and_detectable_are_consistent():
+    from lib.seeding import stream
+    sizes, alpha = [5] * 4, 1e-2
+    null = L.kendall_power(sizes, 0.0, alpha, stream(0, "t", "null"), reps=4000)
+    assert null <= alpha * 3                                   # exact test: at most its level, up to noise
+    assert L.kendall_power(sizes, 0.9, alpha, stream(0, "t", "strong"), reps=2000) > 0.8
+    tau80 = L.kendall_detectable(sizes, alpha, stream(0, "t", "det"), reps=2000)
+    x = np.arange(20.0)
+    critical = L.stratified_kendall(x, x, np.repeat(np.arange(4), 5), alpha=alpha)["critical"]
+    assert critical < tau80 < 1.0                              # 80 % power needs more than the rejection threshold
+    assert L.kendall_power(sizes, tau80 + 0.05, alpha, stream(0, "t", "above"), reps=3000) > 0.75
+    assert L.kendall_power(sizes, tau80 - 0.1, alpha, stream(0, "t", "below"), reps=3000) < 0.8
+
+
+def test_sign_test_detectable_is_the_exact_binomial_80_percent_point():
+    from scipy import stats
+    trials, alpha = 17, 1.5e-4
+    need = round(L.sign_test(0, trials, alpha=alpha)["critical"] * trials)
+    q = L.sign_test_detectable(trials, alpha)
+    assert stats.binom.sf(need - 1, trials, q) == pytest.approx(0.8, abs=1e-4)
+    assert q > need / trials - 1e-9 or q > 0.9
+    assert L.sign_test_detectable(3, 1e-6) == 1.0             # no share of 3 trials reaches 1e-6

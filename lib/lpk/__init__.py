@@ -34,8 +34,9 @@ from lib.lpk.flow import Trajectory, brute_force_lpk, gradient_flow
 from lib.lpk.network import (DTYPE, directional_derivatives, directional_derivatives_torch_func, features_gram, forward,
                              full_gradient, gradient_and_tangent, init_params, logistic_slope, loss_grad_gram,
                              losses, per_sample_grads, per_sample_sq_norms, slopes_and_features, tangent_sq_norms)
-from lib.lpk.ranks import (kendall_s, kendall_s_null, kendall_tau, kendall_test, one_sided_z, partial_kendall,
-                           sign_test, spearman_rho, stratified_kendall)
+from lib.lpk.ranks import (kendall_detectable, kendall_power, kendall_s, kendall_s_null, kendall_tau, kendall_test,
+                           one_sided_z, partial_kendall, sign_test, sign_test_detectable, spearman_rho,
+                           stratified_kendall)
 
 __all__ = ["gradient_flow_batch", "chen2023_bound", "gradient_and_tangent", "bound_report", "confidence_term",
            "identity_error", "kernel_machine", "lpk_bound_over_time",
@@ -45,4 +46,5 @@ __all__ = ["gradient_flow_batch", "chen2023_bound", "gradient_and_tangent", "bou
            "loss_grad_gram", "losses", "per_sample_grads", "tangent_sq_norms", "features_gram",
            "per_sample_sq_norms", "slopes_and_features", "kendall_s", "kendall_s_null",
            "kendall_tau", "partial_kendall", "spearman_rho", "stratified_kendall", "kendall_test", "sign_test",
-           "arora_complexity", "violation_ceiling", "one_sided_z"]
+           "arora_complexity", "violation_ceiling", "one_sided_z", "kendall_power", "kendall_detectable",
+           "sign_test_detectable"]

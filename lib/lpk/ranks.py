@@ -95,3 +95,82 @@ def sign_test(wins: int, trials: int, alpha: float = 1e-3) -> dict:
 def one_sided_z(alpha: float) -> float:
     """The standard normal quantile z with P(Z > z) = ``alpha``: a one-sided z-test's threshold."""
     return float(stats.norm.isf(alpha))
+
+
+def _strata_sizes(sizes) -> list[int]:
+    return [int(k) for k in sizes if int(k) >= 2]
+
+
+def kendall_power(sizes, tau: float, alpha: float, rng: np.random.Generator, reps: int = 2000) -> float:
+    """Simulated power of the exact within-stratum Kendall test (:func:`stratified_kendall`; one
+    stratum of ``sizes[0]`` items is :func:`kendall_test`) against a rank correlation ``tau``:
+    in each stratum of ``sizes`` the pairs are bivariate normal with Pearson r = sin(πτ/2)
+    (Kendall's τ of a bivariate normal is (2/π)·arcsin r), and the share of ``reps`` draws that
+    the test declares at level ``alpha``."""
+    sizes = _strata_sizes(sizes)
+    r = math.sin(math.pi * float(tau) / 2)
+    return float(np.mean(_kendall_declared(sizes, r, alpha, rng, reps)))
+
+
+def _kendall_s_draws(sizes, r: float, rng: np.random.Generator, reps: int) -> np.ndarray:
+    total = np.zeros(reps, dtype=np.int64)
+    for k in sizes:
+        z1, z2 = rng.standard_normal((2, reps, k))
+        x, y = z1, r * z1 + math.sqrt(max(1 - r * r, 0.0)) * z2
+        i, j = np.triu_indices(k, k=1)
+        total += np.sum(np.sign(x[:, i] - x[:, j]) * np.sign(y[:, i] - y[:, j]), axis=1).astype(np.int64)
+    return total
+
+
+def _kendall_critical_s(sizes, alpha: float) -> float:
+    """The smallest S the exact within-stratum test declares at level ``alpha`` (inf if none)."""
+    x = np.concatenate([np.arange(k, dtype=float) for k in sizes])
+    strata = np.concatenate([np.full(k, s) for s, k in enumerate(sizes)])
+    out = stratified_kendall(x, x, strata, alpha=alpha)
+    return out["critical"] * out["pairs"] if np.isfinite(out["critical"]) else float("inf")
+
+
+def _kendall_declared(sizes, r: float, alpha: float, rng: np.random.Generator, reps: int) -> np.ndarray:
+    return _kendall_s_draws(sizes, r, rng, reps) >= _kendall_critical_s(sizes, alpha) - 1e-9
+
+
+def kendall_detectable(sizes, alpha: float, rng: np.random.Generator, power: float = 0.8, reps: int = 2000,
+                       tol: float = 0.005) -> float:
+    """The smallest rank correlation τ that the exact within-stratum Kendall test (strata of
+    ``sizes``; one stratum: :func:`kendall_test`) declares at level ``alpha`` with probability at
+    least ``power`` (:func:`kendall_power`, bisection on τ with the same normal draws at every τ,
+    to ``tol``); 1.0 if even τ → 1 does not reach it."""
+    sizes = _strata_sizes(sizes)
+    critical = _kendall_critical_s(sizes, alpha)
+    z = [rng.standard_normal((2, reps, k)) for k in sizes]
+
+    def declared_share(tau: float) -> float:
+        r = math.sin(math.pi * tau / 2)
+        total = np.zeros(reps)
+        for k, (z1, z2) in zip(sizes, z):
+            y = r * z1 + math.sqrt(max(1 - r * r, 0.0)) * z2
+            i, j = np.triu_indices(k, k=1)
+            total += np.sum(np.sign(z1[:, i] - z1[:, j]) * np.sign(y[:, i] - y[:, j]), axis=1)
+        return float(np.mean(total >= critical - 1e-9))
+
+    lo, hi = 0.0, 1.0
+    if not np.isfinite(critical) or declared_share(hi - 1e-9) < power:
+        return 1.0
+    while hi - lo > tol:
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if declared_share(mid) >= power else (mid, hi)
+    return hi
+
+
+def sign_test_detectable(trials: int, alpha: float, power: float = 0.8) -> float:
+    """The smallest true share of wins that the exact one-sided sign test (:func:`sign_test`) with
+    ``trials`` comparisons declares at level ``alpha`` with probability at least ``power``
+    (exact binomial; 1.0 if none)."""
+    critical = sign_test(0, trials, alpha=alpha)["critical"]
+    if not np.isfinite(critical):
+        return 1.0
+    need = int(round(critical * trials))
+    from scipy.optimize import brentq
+
+    reach = lambda q: float(stats.binom.sf(need - 1, trials, q)) - power  # noqa: E731
+    return 1.0 if reach(1.0) < 0 else float(brentq(reach, 1e-12, 1.0, xtol=1e-6))
