@@ -394,3 +394,18 @@ def test_pooled_selection_and_stage_one_best():
     assert M.pooled_selection([h], 3)["precision"] == pytest.approx(2 / 3)
     assert list(M.stage_one_best([h, h], [(1, 3), (None, None)])) == [0.95, 0.95]
     assert list(M.stage_one_best([h], [(3, None)])) == [0.8]
+
+
+def test_per_run_reading_judges_each_run_against_its_own_flip_rates():
+    from scipy.stats import binom
+    runs = [{"reuse_errors": 50, "n_reuse": 1000, "flip_rates": (0.10, 0.12)},   # at ½·min = 0.05: holds
+            {"reuse_errors": 20, "n_reuse": 1000, "flip_rates": (0.08, 0.20)}]   # bound 0.04: 20/1000 is far below
+    out = M.per_run_reading(runs, alpha=1e-3)
+    assert out["bounds"] == pytest.approx([0.05, 0.04])
+    assert out["p"][1] == pytest.approx(binom.cdf(20, 1000, 0.04))
+    assert out["level"] == pytest.approx(5e-4) and not out["holds"]
+    assert M.per_run_reading(runs[:1], alpha=1e-3)["holds"]
+    # explicit bounds (a control judged against its paired noisy run's bound)
+    assert M.per_run_reading(runs[1:], alpha=1e-3, bounds=[0.01])["holds"]
+    with pytest.raises(ValueError):
+        M.per_run_reading(runs, alpha=1e-3, bounds=[0.01])

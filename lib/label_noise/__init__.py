@@ -16,7 +16,7 @@ trained by full-batch gradient descent on the logistic loss of ỹ·f.
 
 from lib.label_noise.analysis import (detect_stages, log10_p_rate_at_least, overtake_step, p_rate_at_least,
                                       p_rate_at_most, p_rates_at_least, p_rise, pooled_selection, precision_recall,
-                                      reuse_summary,
+                                      per_run_reading, reuse_summary,
                                       rise_power, select_small_loss, smallest_detectable_rise, stack_runs,
                                       stage_one_appears, stage_one_best)
 from lib.label_noise.data import make_data, make_reuse_test, mu_norm_for, snr
@@ -31,6 +31,7 @@ from lib.label_noise.training import (History, flip_rates, init_event, log_steps
 __all__ = ["detect_stages", "log10_p_rate_at_least", "p_rate_at_least", "p_rate_at_most", "p_rise",
            "precision_recall", "select_small_loss", "smallest_detectable_rise", "stage_one_appears", "overtake_step",
            "stack_runs", "make_data", "make_reuse_test", "init_event", "flip_rates", "p_rates_at_least",
+           "per_run_reading",
            "rise_power", "reuse_summary", "pooled_selection", "stage_one_best",
            "mu_norm_for", "snr", "digits_task", "train_digits", "LOG2", "CoefficientGD", "J", "TestSet",
            "gd_step", "init_weights", "logistic_loss", "loss_derivative", "output", "preactivations", "project",

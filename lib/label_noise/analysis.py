@@ -167,3 +167,24 @@ def stage_one_best(histories, stages) -> np.ndarray:
         window = (h.steps >= (start if start is not None else 0)) & ((h.steps < end) if end is not None else True)
         best.append(h.test_accuracy[window].max())
     return np.array(best)
+
+
+def per_run_reading(runs, alpha: float, bounds=None) -> dict:
+    """Theorem 4.2 read per network with the noise rates its training set realised: run i's error
+    on the paper's test set is ≥ ``bounds[i]``, by default ½·min(τ̂₊, τ̂₋) from its ``flip_rates``.
+    Each run gets the one-sided exact binomial p-value :func:`p_rate_at_least` of its own errors;
+    the reading holds unless some run's p is below ``alpha``/k (k runs, Bonferroni), so its
+    false-alarm rate is at most ``alpha``. Returns ``bounds``, ``errors`` (per-run error rates),
+    ``p`` (per run), ``p_min``, ``level`` (= ``alpha``/k) and ``holds``."""
+    runs = list(runs)
+    if not runs:
+        raise ValueError("per_run_reading needs at least one run")
+    if bounds is None:
+        bounds = [0.5 * min(r["flip_rates"]) for r in runs]
+    bounds = [float(b) for b in bounds]
+    if len(bounds) != len(runs):
+        raise ValueError(f"{len(bounds)} bounds for {len(runs)} runs")
+    p = [p_rate_at_least(r["reuse_errors"], r["n_reuse"], b) for r, b in zip(runs, bounds)]
+    level = alpha / len(runs)
+    return {"bounds": bounds, "errors": [r["reuse_errors"] / r["n_reuse"] for r in runs], "p": p,
+            "p_min": float(min(p)), "level": level, "holds": bool(min(p) >= level)}
