@@ -607,3 +607,33 @@ def test_groups_of_a_gated_population_are_the_same_models(monkeypatch):
         monkeypatch.setattr(population, "GATED_BUDGET", budget)
         for (a, la), (b, lb) in zip(whole, population.train_groups(cfg, tcs, root=2, inits=inits, batches=keys)):
             _close_models(a, b, la, lb, rtol)
+
+
+def test_oracle_ceiling_is_what_the_configuration_means_can_gain():
+    from lib.ess.analysis import gap_design, oracle_ceiling
+
+    rng = np.random.default_rng(1)
+    config = np.tile(np.repeat(np.arange(6), 3), 2)                 # 6 configurations x 3 replicates
+    family = np.repeat(["noisy", "solved"], 18)
+    y = np.concatenate([config[:18] * 0.01 + rng.normal(scale=0.2, size=18),   # replicate noise dominates
+                        0.98 + 0.001 * config[18:]])                            # every model solves the task
+    rho_b = {"noisy": 0.1, "solved": 0.0}
+    res = oracle_ceiling(y, config, family, rho_b)
+    oracle = np.array([y[:18][config[:18] == k].mean() for k in config[:18]])
+    assert res["rho_oracle"]["noisy"] == pytest.approx(stats.spearmanr(oracle, y[:18]).statistic)
+    assert res["per_family"]["noisy"] == pytest.approx(max(0.0, res["rho_oracle"]["noisy"] - 0.1))
+    # the solved family ranks near-ties: its oracle ρ is high, yet it adds nothing to the ceiling
+    assert res["saturated"] == ["solved"] and res["rho_oracle"]["solved"] > 0.9
+    assert res["per_family"]["solved"] == 0.0
+    assert res["ceiling"] == pytest.approx(np.mean(list(res["per_family"].values())))
+    # a configuration measure equal to the oracle attains the noisy family's ceiling exactly
+    assert res["per_family"]["noisy"] <= 1.0 - 0.1
+    # families left out as undefined do not count; none left: NaN
+    only = oracle_ceiling(y, config, family, rho_b, undefined=["solved"])
+    assert list(only["per_family"]) == ["noisy"]
+    assert np.isnan(oracle_ceiling(y, config, family, {"noisy": float("nan")})["ceiling"])
+    with pytest.raises(ValueError):
+        oracle_ceiling(y[:3], config, family, rho_b)
+    # the design takes it as its ceiling
+    d = gap_design({"se": 0.05, "rho_b": rho_b, "undefined": []}, 5e-4, 3, ceiling=res["ceiling"])
+    assert d["ceiling"] == pytest.approx(res["ceiling"])

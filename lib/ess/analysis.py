@@ -7,7 +7,8 @@ import warnings
 import numpy as np
 from scipy import stats
 
-__all__ = ["FAR_BETTER_GAP", "attainable_gap", "delimiter_test", "detectable_gap", "gap_design", "spearman_rows",
+__all__ = ["FAR_BETTER_GAP", "SATURATED_ACCURACY", "attainable_gap", "oracle_ceiling", "delimiter_test",
+           "detectable_gap", "gap_design", "spearman_rows",
            "spearman_gap_bootstrap",
            "within_family_spearman"]
 
@@ -19,6 +20,10 @@ __all__ = ["FAR_BETTER_GAP", "attainable_gap", "delimiter_test", "detectable_gap
 #: the smallest gap one could still call "far", so that an experiment too weak to see it cannot
 #: call the finding not reproduced. It does not depend on any run of this chapter.
 FAR_BETTER_GAP = 0.3
+
+#: An accuracy at or above which a model has solved the task: a family where at least half the
+#: models reach it is saturated, its ranking of models is a ranking of near-ties.
+SATURATED_ACCURACY = 0.975
 
 
 def detectable_gap(se: float, alpha: float, power: float = 0.8) -> float:
@@ -44,17 +49,56 @@ def attainable_gap(rho_b: dict, undefined=()) -> float:
     return float(np.mean(values)) if values else float("nan")
 
 
+def oracle_ceiling(y, config, family, rho_b: dict, undefined=(),
+                   saturated: float = SATURATED_ACCURACY) -> dict:
+    """The largest mean gap any configuration-level measure could show over ``rho_b``, family by
+    family: the in-sample oracle that gives every model its configuration's mean ``y`` (``config``
+    labels a model's configuration, e.g. width and κ; replicates share it) ranks ``y`` as well as
+    anything that depends on the configuration alone can, so no such measure (ESS/κ included) beats
+    the rival by more than ``ρ_oracle[f] − rho_b[f]`` (floored at 0) in family ``f``; the rest is
+    training noise between replicates. A family where at least half the models reach
+    ``saturated`` is *saturated*: there the oracle's ρ ranks near-ties, so it contributes 0
+    (no memory measure can show that one solved model is better than another). Families in
+    ``undefined`` (or with a rival correlation that is NaN) are left out, as the statistic leaves
+    them out. Returns ``per_family`` (the ceilings), ``rho_oracle``, ``saturated`` (the saturated
+    families) and ``ceiling``, their mean (NaN when no family is left)."""
+    y = np.asarray(y, dtype=float)
+    config = np.asarray(config)
+    family = np.asarray(family)
+    if not y.shape == config.shape == family.shape or y.ndim != 1:
+        raise ValueError("y, config and family must be 1-d arrays of equal length")
+    per, rho_o, sat = {}, {}, []
+    for f in dict.fromkeys(family.tolist()):
+        if f in set(undefined) or f not in rho_b or not np.isfinite(rho_b[f]):
+            continue
+        idx = np.flatnonzero(family == f)
+        keys = config[idx]
+        oracle = np.array([y[idx][keys == k].mean() for k in keys])
+        r = float(spearman_rows(oracle[None], y[idx][None])[0])
+        rho_o[f] = r
+        if np.mean(y[idx] >= saturated) >= 0.5:
+            sat.append(f)
+            per[f] = 0.0
+        else:
+            per[f] = max(0.0, r - float(rho_b[f])) if np.isfinite(r) else 0.0
+    return {"per_family": per, "rho_oracle": rho_o, "saturated": sat,
+            "ceiling": float(np.mean(list(per.values()))) if per else float("nan")}
+
+
 def gap_design(fam: dict, alpha: float, n_seeds: int, effect: float = FAR_BETTER_GAP,
-               power: float = 0.8) -> dict:
+               power: float = 0.8, ceiling: float | None = None) -> dict:
     """What a :func:`within_family_spearman` result ``fam`` can show, for ``lib.claims.Power``:
     ``detectable``, the smallest mean gap its one-sided test at ``alpha`` detects with probability
     ``power`` (:func:`detectable_gap` of its bootstrap standard error); ``ceiling``, the largest
-    gap the design can show at all (:func:`attainable_gap`); ``effect`` as given; and
+    gap the design can show at all (``ceiling`` where given, e.g. :func:`oracle_ceiling`'s; else
+    :func:`attainable_gap`, a perfect ranking in every family); ``effect`` as given; and
     ``seeds_needed``, the seeds per configuration at which the same spread (se ∝ 1/√seeds) would
     bring ``detectable`` down to ``effect``. ``defined`` is False (and the numbers None) when no
     family has defined correlations."""
     se = float(fam.get("se", float("nan")))
-    ceiling = attainable_gap(fam["rho_b"], fam.get("undefined", ()))
+    if ceiling is None:
+        ceiling = attainable_gap(fam["rho_b"], fam.get("undefined", ()))
+    ceiling = float(ceiling)
     if not (np.isfinite(se) and np.isfinite(ceiling)):
         return {"defined": False, "se": None, "detectable": None, "ceiling": None, "effect": float(effect),
                 "seeds_needed": None}
