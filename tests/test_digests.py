@@ -124,9 +124,9 @@ def test_import_closure_follows_imports_inside_functions_and_relative_ones(tmp_p
 
 def test_the_chapter_09_population_is_in_its_sweep_functions_closure():
     """The hole of issue 52: lib/ess/population.py and the compiled recurrence, imported lazily."""
-    from lib.ess import models
+    from lib.ess import experiments
 
-    closure = digests.import_closure(digests.function_files(models.run_mqar_replicates), ROOT)
+    closure = digests.import_closure(digests.function_files(experiments.run_mqar_replicates), ROOT)
     assert "lib/ess/population.py" in closure
     assert {"kernels/swr/compiled.py", "kernels/swr/chunk.py"} & set(
         digests.import_closure([ROOT / "lib/ess/operators.py"], ROOT))

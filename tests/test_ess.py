@@ -5,6 +5,7 @@ import pytest
 import torch
 from scipy import stats
 
+from lib.ess import experiments as X
 from lib.ess import models as M
 from lib.ess import operators as O
 from lib.ess import spectrum as S
@@ -331,25 +332,25 @@ def test_delimiter_drops_by_hand():
     prof[0, 6] = 0.25                        # sequence 0 dips right after the delimiter
     prof[1, 6] = 2.0                         # sequence 1 rises there
     prof[:, 0] = 100.0                       # capped positions do not count
-    d = M.delimiter_drops(prof, np.array([5]), cap=2)
+    d = X.delimiter_drops(prof, np.array([5]), cap=2)
     assert np.allclose(d, [0.75, -1.0])
     with pytest.raises(ValueError, match="delimiter"):
-        M.delimiter_drops(prof, np.array([11]), cap=2)
+        X.delimiter_drops(prof, np.array([11]), cap=2)
 
 
 def test_linear_attention_arm_of_the_delimited_task_is_the_gla_model_without_its_gate():
     kw = dict(root=0, delimited=True, n_segments=2, segment_length=6, n_keys=3, steps=11, batch=4, d_model=8,
               n_eval=8, n_ess=4)
-    gla = M._delimited_member(2, 1, 0, delimited=True, n_segments=2, segment_length=6, n_keys=3,
+    gla = X._delimited_member(2, 1, 0, delimited=True, n_segments=2, segment_length=6, n_keys=3,
                               p_absent=0.25, steps=11, batch=4, lr=3e-3, d_model=8)
-    lin = M._delimited_member(2, 1, 0, delimited=True, n_segments=2, segment_length=6, n_keys=3,
+    lin = X._delimited_member(2, 1, 0, delimited=True, n_segments=2, segment_length=6, n_keys=3,
                               p_absent=0.25, steps=11, batch=4, lr=3e-3, d_model=8, mixer="linear")
     assert lin[0].mixer == "linear" and gla[0].mixer == "gla" and lin[1:] == gla[1:]   # same keys, same data
-    out = M.run_delimited(2, 1, 0, mixer="linear", **kw)
+    out = X.run_delimited(2, 1, 0, mixer="linear", **kw)
     assert np.all(out["gate_profile"] == 1.0) and "reset_entropy_drops" not in out
     assert out["entropy_drops"].shape == (4,)
-    assert "reset_entropy_drops" in M.run_delimited(2, 1, 0, **kw)
-    both = M.run_delimited_replicates(2, 1, 0, replicates=2, mixer="linear", **kw)["models"]
+    assert "reset_entropy_drops" in X.run_delimited(2, 1, 0, **kw)
+    both = X.run_delimited_replicates(2, 1, 0, replicates=2, mixer="linear", **kw)["models"]
     assert np.array_equal(both[0]["entropy_drops"], out["entropy_drops"])
 
 
@@ -583,16 +584,16 @@ def test_population_trains_each_member_as_alone(mixer):
 
 def test_replicate_runs_are_the_single_runs():
     kw = dict(root=1, length=12, steps=11, batch=4, d_model=8, n_eval=8, n_ess=3, block=4)
-    out = M.run_mqar_replicates("gla", 2, 1, pairs=(2, 3), replicates=3, n_seeds=3, **kw)["models"]
+    out = X.run_mqar_replicates("gla", 2, 1, pairs=(2, 3), replicates=3, n_seeds=3, **kw)["models"]
     assert [(r["n_pairs"], r["seed"]) for r in out] == [(2, 1), (2, 2), (3, 1), (3, 2)]
     for r in out:
-        want = M.run_mqar("gla", 2, r["n_pairs"], r["seed"], **kw)
+        want = X.run_mqar("gla", 2, r["n_pairs"], r["seed"], **kw)
         assert _same({k: v for k, v in r.items() if k not in ("n_pairs", "seed")}, want)
     kw = dict(root=1, n_segments=2, segment_length=6, n_keys=4, steps=11, batch=4, d_model=8, n_eval=8, n_ess=3)
     for flag in (True, False):
-        out = M.run_delimited_replicates(2, 2, 0, replicates=2, delimited=flag, **kw)["models"]
+        out = X.run_delimited_replicates(2, 2, 0, replicates=2, delimited=flag, **kw)["models"]
         for s, r in enumerate(out):
-            assert _same(r, M.run_delimited(2, 2, s, delimited=flag, **kw))
+            assert _same(r, X.run_delimited(2, 2, s, delimited=flag, **kw))
 
 
 def test_groups_of_a_gated_population_are_the_same_models(monkeypatch):
