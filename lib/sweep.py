@@ -52,6 +52,13 @@ from lib import digests, run
 SCHEDULER_ENV = "COMPANION_SCHEDULER"
 
 
+def cores() -> int:
+    """The cores the runner gives this chapter (the run context's threads; 1 outside a run): the
+    number of processes a chapter may run its sweep points in (``sweep(..., jobs=cores())``)."""
+    context = run.current()
+    return max(1, context.threads) if context and context.threads else 1
+
+
 @contextlib.contextmanager
 def one_thread():
     """Run the body on one PyTorch thread, restoring the caller's count afterwards. Small models
