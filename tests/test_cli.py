@@ -329,12 +329,13 @@ def test_killed_sweep_resumes_from_its_finished_points(project, tmp_path):
     assert len(computed_again) <= 8 - before + 1, computed_again
     assert len(results(project)["metrics"]["swept"]) == 8
 
-    # same parameters, forced: every point is reused; other parameters: a fresh sweep
+    # same parameters, forced: every point is computed afresh (nothing read from the point store);
+    # other parameters: a fresh sweep
     n = len(_log_lines(log))
     assert companion(*args, "--force", root=project, env={"FIXTURE_LOG": str(log)}).returncode == 0
-    assert len(_log_lines(log)) == n
-    assert companion("run", "99", "-p", "points", "8", root=project, env={"FIXTURE_LOG": str(log)}).returncode == 0
     assert len(_log_lines(log)) == n + 8
+    assert companion("run", "99", "-p", "points", "8", root=project, env={"FIXTURE_LOG": str(log)}).returncode == 0
+    assert len(_log_lines(log)) == n + 16
     cleaned = companion("clean", "--points", root=project)
     assert cleaned.returncode == 0 and not (project / "_build" / "points").exists()
 
