@@ -124,3 +124,18 @@ def default_book(_default_book_build) -> subprocess.CompletedProcess:
         out = subprocess.CompletedProcess(proc.args, proc.returncode, stdout.read(), stderr.read())
     print(out.stdout[-3000:])
     return out
+
+
+#: The safety tests' marker: a file the user owns, planted before a run and checked after it.
+MINE = b"the user's own bytes\n"
+
+
+def plant(path: Path) -> Path:
+    """A file the user owns."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(MINE)
+    return path
+
+
+def still_there(path: Path) -> bool:
+    return path.is_file() and path.read_bytes() == MINE

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import MINE, plant, still_there
 
 from lib import chapter as chapter_mod
 from lib.outputs import (
@@ -24,18 +25,6 @@ from lib.pipeline.chapters import Book
 from lib.pipeline.cli import split_params
 
 SLUG = "99-fixture"
-MINE = b"the user's own bytes\n"
-
-
-def plant(path: Path) -> Path:
-    """A file the user owns."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(MINE)
-    return path
-
-
-def still_there(path: Path) -> bool:
-    return path.is_file() and path.read_bytes() == MINE
 
 
 def finished_run(where: Path, figures=("a",), results: str = '{"run": 1}') -> Path:

@@ -16,21 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BIN, ROOT, companion
+from conftest import BIN, MINE, ROOT, companion, plant, still_there
 from lib.outputs import MARKER, read_manifest
 
 SLUG = "99-fixture"
-MINE = b"the user's own bytes\n"
-
-
-def plant(path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(MINE)
-    return path
-
-
-def still_there(path: Path) -> bool:
-    return path.is_file() and path.read_bytes() == MINE
 
 
 def one_line(out: subprocess.CompletedProcess, needle: str, code: int = 64) -> None:

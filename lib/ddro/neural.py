@@ -368,6 +368,23 @@ class Fits:
     optimum: np.ndarray
 
 
+def _population_start(kind: str, ref: GRUPolicy, pi: np.ndarray, counts: list[np.ndarray], vocab: int,
+                      length: int, rho: float, beta: float, clip: float):
+    """What both population fits start from: the reference weights and log-probabilities, the
+    pair counts as one (M, S) tensor, each member's categorical optimum and its loss (the lower
+    bound the stopping rule measures from), and each member's tolerance ρ (S − 1) / N_m."""
+    torch = _torch()
+    S = vocab ** length
+    w0 = gru_weights(ref)
+    logp_ref = tree_log_probs(w0, vocab, length)[0].detach()
+    Ct = torch.as_tensor(np.stack(counts), dtype=torch.float64)
+    optimum = np.stack([categorical_optimum(kind, pi, c, beta, clip) for c in counts])
+    with torch.no_grad():
+        best = batched_loss(kind, torch.log(torch.as_tensor(optimum)), logp_ref, Ct, beta=beta, clip=clip)
+    tol = np.array([rho * (S - 1) / c.sum() for c in counts])
+    return w0, logp_ref, Ct, optimum, best, tol
+
+
 def train_population(kind: str, ref: GRUPolicy, pi: np.ndarray, counts, vocab: int, length: int,
                      rho: float = 1e-3, max_steps: int = 20000, beta: float = 1.0, clip: float = 1e-3) -> Fits:
     """Fine-tune M copies of the reference GRU at once, copy m on pair counts ``counts[m]``, in
@@ -386,15 +403,11 @@ def train_population(kind: str, ref: GRUPolicy, pi: np.ndarray, counts, vocab: i
     float rounding of the batched products; tested). Nothing is random."""
     torch = _torch()
     counts = [np.asarray(c, float) for c in counts]
-    M, S = len(counts), vocab ** length
+    M = len(counts)
     with one_thread():
-        w0 = gru_weights(ref)
-        logp_ref = tree_log_probs(w0, vocab, length)[0].detach()
-        Ct = torch.as_tensor(np.stack(counts), dtype=torch.float64)
-        optimum = np.stack([categorical_optimum(kind, pi, c, beta, clip) for c in counts])
-        with torch.no_grad():
-            best = batched_loss(kind, torch.log(torch.as_tensor(optimum)), logp_ref, Ct, beta=beta, clip=clip)
-        tol = torch.as_tensor([rho * (S - 1) / c.sum() for c in counts], dtype=torch.float64)
+        w0, logp_ref, Ct, optimum, best, tol = _population_start(kind, ref, pi, counts, vocab, length, rho, beta,
+                                                                 clip)
+        tol = torch.as_tensor(tol, dtype=torch.float64)
         params = {k: v.expand(M, *v.shape[1:]) for k, v in w0.items()}
         logp, steps, excess = fit_population(kind, lambda w: tree_log_probs(w, vocab, length), params, logp_ref,
                                              Ct, best, tol, max_steps, beta, clip)
@@ -434,16 +447,10 @@ def adam_population(kind: str, ref: GRUPolicy, pi: np.ndarray, counts, vocab: in
     if steps < 1 or not lr > 0:
         raise ValueError("need steps ≥ 1 and lr > 0")
     counts = [np.asarray(c, float) for c in counts]
-    M, S = len(counts), vocab ** length
+    M = len(counts)
     every = max(1, steps // n_trace)
     with one_thread():
-        w0 = gru_weights(ref)
-        logp_ref = tree_log_probs(w0, vocab, length)[0].detach()
-        Ct = torch.as_tensor(np.stack(counts), dtype=torch.float64)
-        optimum = np.stack([categorical_optimum(kind, pi, c, beta, clip) for c in counts])
-        with torch.no_grad():
-            best = batched_loss(kind, torch.log(torch.as_tensor(optimum)), logp_ref, Ct, beta=beta, clip=clip)
-        tol = np.array([rho * (S - 1) / c.sum() for c in counts])
+        w0, logp_ref, Ct, _, best, tol = _population_start(kind, ref, pi, counts, vocab, length, rho, beta, clip)
         params = {k: v.detach().expand(M, *v.shape[1:]).clone().requires_grad_(True) for k, v in w0.items()}
         moments = [(torch.zeros_like(v), torch.zeros_like(v)) for v in params.values()]
         met = np.full(M, -1)
