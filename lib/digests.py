@@ -211,8 +211,8 @@ def import_closure(paths, root: Path | None = None) -> list[str]:
     seen: set[Path] = set()
     while todo:
         path = todo.pop()
-        if path in seen or not path.is_file():
-            continue
+        if path in seen or not path.is_file() or not _inside(root, path):
+            continue  # outside the project's sources (a library's module): not ours to follow
         seen.add(path)
         for module in _imported(root, path):
             parts = module.split(".")

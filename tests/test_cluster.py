@@ -78,9 +78,10 @@ def project(tmp_path_factory) -> Path:
 
 
 def _sweep_tasks(log: Path) -> list[str]:
-    """Keys of the sweep point tasks (lib.sweep submits ``_call``) the workers finished."""
+    """Keys of the sweep point tasks (lib.sweep submits ``_call_away``: the point and what the
+    worker imported for it) the workers finished."""
     lines = log.read_text().splitlines() if log.exists() else []
-    return [line.split(maxsplit=1)[1] for line in lines if line.split(maxsplit=1)[1].startswith("_call-")]
+    return [line.split(maxsplit=1)[1] for line in lines if line.split(maxsplit=1)[1].startswith("_call_away-")]
 
 
 def _stored_points(root: Path, slug: str) -> int:

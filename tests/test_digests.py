@@ -188,3 +188,11 @@ def test_machine_names_the_cpu_and_its_level():
     m = records.machine()
     assert m["cpu"] and m["cores"] >= 1
     assert m["isa"].startswith("x86-64-v") or m["isa"] == __import__("platform").machine()
+
+
+def test_a_closure_from_outside_the_project_is_empty_not_an_error():
+    """A sweep function whose module lives outside the project (a library's, say numpy's: the
+    venv may sit anywhere) contributes no project file, and does not stop the run."""
+    import numpy
+
+    assert digests.import_closure([numpy.__file__], ROOT) == []
