@@ -50,8 +50,9 @@ How each helper judges an alternative or a control (a number, or an array for ``
 band's half-width, or outside ``p`` itself when ``p`` is a pair ``(low, high)``); ``at_most``
 (theory: value ≤ bound) rejects an alternative "value ≥ p" when value < p and ``p`` itself
 breaks the bound, and ``at_least`` rejects "value ≤ p" when value > p and ``p`` is below the
-bound: a rival whose prediction passes the claim's own rule is not told apart by it. A control's value is judged by the claim's own rule (the
-same band, bound or tolerance). Where the comparison is bespoke, pass
+bound: a rival whose prediction passes the claim's own rule is not told apart by it. A
+control's value is judged by the claim's own rule (the same band, bound or tolerance). Where
+the comparison is bespoke, pass
 ``Alternative(statement, prediction, rejected=...)`` and ``Control(statement, value, holds=...)``.
 
 A claim marked ``quick=False`` is recorded as skipped under the ``quick`` profile.
