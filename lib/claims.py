@@ -209,6 +209,9 @@ class Claim:
     def kind_label(self) -> str:
         return "theorem (reconstructed)" if self.kind == "theorem" and self.source == "reconstruction" else self.kind
 
+    def _ipython_display_(self) -> None:
+        """A claim recorded as a cell's last line shows nothing: the claims table shows it."""
+
 
 def to_jsonable(value: Any) -> Any:
     """Numpy/torch scalars and arrays, tuples and NaN made JSON-safe (NaN and inf become None)."""

@@ -121,7 +121,7 @@ class ClaimsTable:
             style = "text-align:left;vertical-align:top;overflow-wrap:anywhere"
             body.append("<tr>" + "".join(f'<td style="{style}">{c}</td>' for c in cells) + "</tr>")
         header = "".join(f'<th style="text-align:left">{h}</th>' for h in head)
-        return ('<div class="claims-table-wrap" style="overflow-x:auto;max-width:100%">'
+        return ('<div class="claims-table-wrap" style="max-width:100%">'
                 '<table class="claims-table" style="table-layout:fixed;width:100%;font-size:0.9em">'
                 '<colgroup><col style="width:11%"><col style="width:33%"><col style="width:26%">'
                 '<col style="width:30%"></colgroup>'
