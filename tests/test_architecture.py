@@ -1,10 +1,12 @@
 """The import directions of the layout (docs/design.md, "Layout"): the pipeline and the papers
 never import each other, nothing imports the benchmark script, and a paper's module reaches
-another paper's code only through the shared pieces."""
+another paper's code only through the shared pieces; and a chapter's notebook only narrates."""
 
 from __future__ import annotations
 
 import ast
+import json
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -129,3 +131,49 @@ def test_no_import_cycles():
         if node not in state:
             visit(node, [node])
     assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+# --- notebooks narrate -------------------------------------------------------------------------
+# A chapter's notebook holds parameters, calls into lib, figures and glue. Decision rules,
+# experiment drivers and statistics live in lib, where they have unit tests: a notebook defines
+# no function or class, imports no statistics library, and computes no spread, quantile or
+# standard error of its own. (A mean for a figure's curve is allowed.)
+STATISTICS_IN_A_CELL = re.compile(
+    r"^\s*(def|class)\s|\blambda\b|\bscipy\b|\bstats\.|\bnp\.(std|var|median|percentile|quantile|sqrt|corrcoef)\b"
+    r"|\.(std|var|median|quantile)\(")
+MAX_CELL_LINES = 40
+
+
+def _code_lines(cell: dict) -> list[str]:
+    return [line for line in "".join(cell["source"]).splitlines()
+            if line.strip() and not line.strip().startswith("#")]
+
+
+def notebook_findings(notebook: dict) -> list[str]:
+    """What a notebook computes that belongs in lib: statistics and definitions, and code cells
+    longer than MAX_CELL_LINES lines (comments and blank lines not counted)."""
+    found = []
+    for number, cell in enumerate(c for c in notebook["cells"] if c["cell_type"] == "code"):
+        lines = _code_lines(cell)
+        if len(lines) > MAX_CELL_LINES:
+            found.append(f"code cell {number} has {len(lines)} lines (at most {MAX_CELL_LINES})")
+        found += [f"code cell {number}: {line.strip()}" for line in lines if STATISTICS_IN_A_CELL.search(line)]
+    return found
+
+
+def test_notebooks_hold_no_statistics_and_no_long_cells():
+    found = {path.name: notebook_findings(json.loads(path.read_text()))
+             for path in sorted((ROOT / "book" / "chapters").glob("*.ipynb"))}
+    assert not any(found.values()), "\n".join(f"{name}: {item}" for name, items in found.items() for item in items)
+
+
+def test_the_notebook_rule_sees_a_statistic_a_definition_and_a_long_cell():
+    def cell(*lines):
+        return {"cell_type": "code", "source": "\n".join(lines)}
+    clean = {"cells": [cell("# a comment", "x = run(seed)", "glue('x', x.mean())")]}
+    assert notebook_findings(clean) == []
+    for line in ("def rule(x):", "se = np.std(x) / np.sqrt(len(x))", "from scipy import stats",
+                 "q = xs.quantile(0.9)", "t = stats.t.ppf(0.99, 9)", "f = lambda x: x"):
+        assert notebook_findings({"cells": [cell(line)]}), line
+    long = {"cells": [cell(*[f"x{i} = {i}" for i in range(MAX_CELL_LINES + 1)])]}
+    assert notebook_findings(long) == [f"code cell 0 has {MAX_CELL_LINES + 1} lines (at most {MAX_CELL_LINES})"]
