@@ -561,3 +561,114 @@ def test_batch_sweep_counts_runs_and_larger_batches_pass_a_wide_stage():
     # one frozen batch of 16 rarely ranks the right child first among 32; a batch of 512 does
     assert solved[(512, "hint")] > solved[(16, "hint")]
     assert solved[(512, "depth")] > solved[(16, "depth")]
+
+
+# -- the chapter's decision rules (lib.curriculum.decisions) ---------------------------------------
+def _binom_pmf(j, n, p):
+    return math.comb(n, j) * p**j * (1 - p) ** (n - j)
+
+
+def test_chapter_levels_split_alpha_and_size_the_z_test():
+    lv = C.chapter_levels(0.001, 40, 4)
+    assert lv["gap_crit"] * 4 + lv["p_crit"] * 40 == pytest.approx(0.001, rel=1e-12)
+    assert lv["gap_crit"] == pytest.approx(0.0005 / 4) and lv["p_crit"] == pytest.approx(0.0005 / 40)
+    # two-sided: P(|Z| > z_crit) = p_crit
+    assert math.erfc(lv["z_crit"] / math.sqrt(2)) == pytest.approx(lv["p_crit"], rel=1e-9)
+    alone = C.chapter_levels(0.001, 40, 0)  # no paper cells: every test shares all of alpha
+    assert alone["gap_crit"] == 0.0 and alone["p_crit"] == pytest.approx(0.001 / 40)
+
+
+def test_proportion_z_by_hand():
+    assert C.proportion_z(0.6, 0.5, 100) == pytest.approx(2.0)  # se = 0.05
+    assert C.proportion_z(0.4, 0.5, 100) == pytest.approx(2.0)
+    assert C.proportion_z(0.6, 0.5, 100, centre=1.0) == pytest.approx(8.0)  # 0.4 / 0.05
+
+
+@pytest.mark.parametrize("k", [0, 2, 5, 9])
+def test_binomial_p_values_are_the_tail_sums(k):
+    n, p = 10, 0.3
+    upper = sum(_binom_pmf(j, n, p) for j in range(k, n + 1))
+    lower = sum(_binom_pmf(j, n, p) for j in range(0, k + 1))
+    assert C.binomial_upper_p(k, n, p) == pytest.approx(upper, rel=1e-9)
+    assert C.binomial_lower_p(k, n, p) == pytest.approx(lower, rel=1e-9)
+    assert C.binomial_two_sided_p(k, n, p) == pytest.approx(min(1.0, 2 * min(upper, lower)), rel=1e-9)
+
+
+def test_route_label_names_the_curricula():
+    assert [C.route_label(r) for r in C.ROUTES] == ["direct", "depth curriculum", "hint curriculum"]
+
+
+def _fit(slope, se, df=10.0):
+    return {"slope": slope, "se": se, "df": df, "points": 5}
+
+
+def test_slope_claim_holds_inside_the_band_and_judges_alternative_and_control():
+    from scipy import stats
+
+    from lib.claims import Claims
+    claims = Claims("04-curriculum-post-training", profile="default")
+    half = C.slope_claim(claims, "near", "a slope near 3", {3: _fit(3.01, 0.01)}, {3: 3.0},
+                         {3: [2.0, 4.0]}, "the neighbours", control=("no hacking", {3: _fit(2.0, 0.01)}),
+                         p_crit=0.05, level="5%")
+    assert half[3] == pytest.approx(stats.t.ppf(0.975, 10) * 0.01)  # 0.0223
+    c = claims.claims[-1]
+    assert c.holds is True and c.simulation == 3.01 and c.theory == 3.0
+    assert c.alternative["rejected"] is True and c.control["holds"] is False
+    C.slope_claim(claims, "far", "a slope near 3", {3: _fit(3.1, 0.01)}, {3: 3.0}, kind="check",
+                  p_crit=0.05, level="5%")
+    assert claims.claims[-1].holds is False  # |0.1| > 0.0223
+    # several depths: holds only if every depth lies in its band; lists of theory and slopes recorded
+    C.slope_claim(claims, "two", "slopes", {2: _fit(3.0, 0.01), 3: _fit(5.5, 0.01)}, {2: 3.0, 3: 5.0},
+                  kind="check", p_crit=0.05, level="5%")
+    assert claims.claims[-1].holds is False and claims.claims[-1].theory == [3.0, 5.0]
+
+
+def test_no_hacking_is_the_rejection_law_at_q_zero():
+    law = C.no_hacking(2, 1, 3)  # c = 1/2: a right candidate pays 3 calls, a wrong one 1
+    assert law["calls"] == pytest.approx((0.5 * 3 + 0.5 * 1) / 0.5)
+    assert law["success"] == pytest.approx(1.0)
+    assert C.no_hacking(3, 2, 5)["calls"] == pytest.approx((5 / 9 + 8 / 9) * 9)
+
+
+def test_calls_z_is_small_at_the_exact_mean_and_large_away_from_it():
+    law = C.rejection_cost(0.25, 0.5, 3)
+    n = 400
+    at_mean = np.full(n, law["calls"])
+    assert C.calls_z(at_mean, law) < 0.5
+    assert C.calls_z(at_mean * 2, law) > 5.0
+    assert C.calls_z(at_mean, law) == C.mean_test_z(law["calls"], n, law["calls"], law["calls_var"],
+                                                    law["calls_k3"], lattice=1)
+
+
+def test_inference_checks_match_their_definitions_on_a_small_run():
+    k, repeats = 2, 60
+    per_width = [{"d": d, **C.best_of_n_vs_ltar(d, 0, k=k, delta=0.05, repeats=repeats, root=1)}
+                 for d in (3, 4)]  # as the sweep returns them
+    out = C.inference_checks(per_width, k, repeats)
+    for i, w in enumerate(per_width):
+        clean = w["lt"]["clean"]
+        dirty, p = int((~clean).sum()), 1 - w["th"]["ltar"]["clean"]
+        assert out["dirty_counts"][i] == dirty and out["dirty_expected"][i] == pytest.approx(repeats * p)
+        upper = sum(_binom_pmf(j, repeats, p) for j in range(dirty, repeats + 1))
+        lower = sum(_binom_pmf(j, repeats, p) for j in range(0, dirty + 1))
+        assert out["ltar_ps"][i] == pytest.approx(min(1.0, 2 * min(upper, lower)), rel=1e-6)
+        assert out["best_zs"][i] == C.calls_z(w["b"]["calls"], w["th"]["best_of_n"])
+    wrongs = [(int((~w[key]["right"]).sum()), w["th"][th]["success"]) for w in per_width
+              for key, th in (("b", "best_of_n"), ("lt", "ltar"))]
+    assert out["conf_p"] == pytest.approx(min(sum(_binom_pmf(j, repeats, 1 - s) for j in range(n, repeats + 1))
+                                              for n, s in wrongs), rel=1e-6)
+    assert 0.0 < out["conf_p"] <= 1.0 and out["ltar_all_z"] >= 0.0
+
+
+def test_medians_of_solve_times():
+    import pandas as pd
+
+    assert C.median_finite([1.0, np.inf, 3.0, np.nan]) == 2.0
+    assert math.isnan(C.median_finite([np.inf]))
+    run = {"samples": np.array([64, 128, 192]), "accuracy": np.array([[0.5, 0.5, 0.5], [1.0, 0.5, 1.0],
+                                                                      [1.0, 0.5, 1.0]])}
+    assert C.median_samples_to_solve(run) == 128  # two seeds at 128, one never
+    runs = pd.DataFrame({"route": ["a", "a", "a", "b"], "solved": [True, True, False, False],
+                         "solved_at": [100.0, 300.0, np.inf, np.inf]})
+    assert C.solved_medians(runs, ["route"]).to_dict() == {"a": 200.0}
+    assert C.median_solved_at(runs) == 200.0 and math.isnan(C.median_solved_at(runs[runs["route"] == "b"]))

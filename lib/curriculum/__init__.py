@@ -1,6 +1,6 @@
 """Curriculum post-training on autoregressive reasoning trees (Bu et al., arXiv:2511.07372).
 
-The chapter's model, in seven modules (this package re-exports what the chapter and tests use):
+The chapter's model, in eight modules (this package re-exports what the chapter and tests use):
 
 * **The reasoning tree** (``tree``).  An input of ``d`` tokens; a chain of ``k`` steps; step
   ``ℓ`` picks an input position ``i_ℓ`` (one of ``d`` children) and updates the state
@@ -21,6 +21,9 @@ The chapter's model, in seven modules (this package re-exports what the chapter 
   (``training``).
 * **Sweeps** (``experiments``).  The heavy loops as point functions for :func:`lib.sweep.sweep`,
   each point with its own generator (:func:`stream` of the chapter seed and the point).
+* **Decisions** (``decisions``).  The chapter's test levels (one weighted Bonferroni split), the
+  slope claims, the exact binomial and skew-aware tests of the test-time procedures, and the
+  medians its tables show.
 * **Theory.**  Base success probability, reward-hacking rate, the success probability of the
   one-step estimator (Poissonised), its ``n*`` and the signal-to-noise exponents, and the exact
   expected costs of rejection sampling at test time (best-of-n and layer-wise accept/reject,
@@ -37,6 +40,10 @@ from lib.curriculum.one_step import (LEARNED, curriculum_fast, curriculum_litera
                                      n_star_theory, onestep_fast, onestep_literal, onestep_theory,
                                      sampler_check, slope_fit, slope_half_width, stage_setup, two_proportion_p,
                                      two_proportion_z)
+from lib.curriculum.decisions import (binomial_lower_p, binomial_two_sided_p, binomial_upper_p, calls_z,
+                                      chapter_levels, inference_checks, median_finite, median_samples_to_solve,
+                                      median_solved_at, no_hacking, proportion_z, route_label, slope_claim,
+                                      solved_medians)
 from lib.curriculum.experiments import (ORACLE_Q, PAPER_CELLS, batch_sweep, best_of_n_vs_ltar, freeze_compare,
                                         n_star_point,
                                         onestep_count, oracle_tree, sampler_cell, snr_point, solve_point, stack_runs,
@@ -53,7 +60,10 @@ from lib.curriculum.tree import (ROUTES, ReasoningTree, base_success, correct_pa
                                  parity)
 from lib.stats import loglog_slope
 
-__all__ = ["LEARNED", "ORACLE_Q", "PAPER_CELLS", "ROUTES", "batch_sweep", "solve_rate_ceiling", "fisher_detectable",
+__all__ = ["binomial_lower_p", "binomial_two_sided_p", "binomial_upper_p", "calls_z", "chapter_levels",
+           "inference_checks", "median_finite", "median_samples_to_solve", "median_solved_at", "no_hacking",
+           "proportion_z", "route_label", "slope_claim", "solved_medians",
+           "LEARNED", "ORACLE_Q", "PAPER_CELLS", "ROUTES", "batch_sweep", "solve_rate_ceiling", "fisher_detectable",
            "freeze_compare",
            "PositionalTransformer", "ReasoningTree", "base_success",
            "best_of_n", "best_of_n_vs_ltar", "fisher_greater_p", "fisher_power", "compare_transformer",
