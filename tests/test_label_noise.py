@@ -409,3 +409,63 @@ def test_per_run_reading_judges_each_run_against_its_own_flip_rates():
     assert M.per_run_reading(runs[1:], alpha=1e-3, bounds=[0.01])["holds"]
     with pytest.raises(ValueError):
         M.per_run_reading(runs, alpha=1e-3, bounds=[0.01])
+
+
+def test_paired_changes_counts_by_hand():
+    # run 0: 3 test points at 3 recording steps; run 1: 2 points
+    r0 = np.array([[True, False, True], [True, True, False], [False, True, True]])
+    r1 = np.array([[False, False], [True, False], [True, True]])
+    c = M.paired_changes([r0, r1], 1)
+    # at index 1 → end: run 0 point 0 right → wrong (worse), point 2 wrong → right (better);
+    # run 1 point 1 wrong → right (better)
+    assert c == {"worse": 1, "better": 2, "right_at": 3, "pairs": 5}
+    assert M.paired_changes([r0], 2) == {"worse": 0, "better": 0, "right_at": 2, "pairs": 3}
+
+
+def _dim_kw(**over):
+    return {**dict(root=5, n=4, m=2, n_snr2=10.0, sigma_xi=1.0, sigma0=0.01, d_ref=64, target_loss=0.3,
+                   max_steps=3000, n_test=50, sigma_zeta=0.5), **over}
+
+
+def _to_loss(tau, rng, d, kw):
+    return M.run_to_loss(tau, rng, n=kw["n"], d=d, m=kw["m"], n_snr2=kw["n_snr2"], sigma_xi=kw["sigma_xi"],
+                         sigma0=kw["sigma0"] * math.sqrt(kw["d_ref"] / d), eta=1.0 / (kw["sigma_xi"] ** 2 * d),
+                         target_loss=kw["target_loss"], max_steps=kw["max_steps"], n_test=kw["n_test"],
+                         n_reuse=kw["n_test"], sigma_zeta=kw["sigma_zeta"])
+
+
+def test_dim_point_draws_d_n_squared_from_the_theorem_stream_and_other_ratios_from_the_sweeps():
+    kw = _dim_kw()
+    square = M.dim_point(0.25, 4.0, 1, **kw)  # d = n² = 16
+    want = _to_loss(0.25, stream(5, "stage2-dimension", 1), 16, kw)
+    assert square["n_reuse"] == 50 and square["steps_run"] == want["steps_run"]
+    np.testing.assert_array_equal(square["loss"], want["loss"])
+    other = M.dim_point(0.25, 2.0, 1, **kw)  # d = 8, the sweep's stream
+    want = _to_loss(0.25, stream(5, "stage2-sweep", 2.0, 1), 8, kw)
+    np.testing.assert_array_equal(other["loss"], want["loss"])
+    wrong = _to_loss(0.25, stream(5, "stage2-dimension", 1), 8, kw)
+    assert not np.array_equal(other["loss"], wrong["loss"])
+
+
+def test_phase_point_reports_the_runs_stage_one_and_lowest_noisy_accuracy():
+    common = dict(root=3, n=200, d=800, m=5, sigma_xi=1.0, sigma0=0.01, eta=0.1, steps=100, n_test=0,
+                  record_points=10)
+    for n_snr2 in (0.2, 12.0):
+        p = M.phase_point(n_snr2, 0.2, 0, **common)
+        h = M.run_synthetic(0.2, 0, experiment="phase", n_snr2=n_snr2, **common)["history"]
+        assert p["stage1"] is M.stage_one_appears(h)
+        assert p["min_noisy"] == np.nanmin(h.accuracy("noisy")[1:]) and 0.0 <= p["min_noisy"] <= 1.0
+    # a strong signal shows a clean Stage I, a weak one does not
+    assert M.phase_point(12.0, 0.2, 0, **common)["stage1"] and not M.phase_point(0.2, 0.2, 0, **common)["stage1"]
+
+
+def test_digits_run_is_the_task_of_its_stream_trained_with_its_seed():
+    kw = dict(root=7, classes=[3, 8], tau=0.2, test_fraction=0.4, epochs=1, lr=0.02, batch=32, width=4)
+    got = M.digits_run(2, **kw)
+    task = M.digits_task((3, 8), 0.2, 0.4, stream(7, "digits-task", 2))
+    want = M.train_digits(task, 1, 0.02, 32, seed=2, width=4, root=7)
+    assert set(got) == set(want)
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k])
+    other = M.digits_run(3, **kw)
+    assert any(not np.array_equal(got[k], other[k]) for k in ("clean", "noisy", "test"))

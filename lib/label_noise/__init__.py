@@ -12,15 +12,18 @@ trained by full-batch gradient descent on the logistic loss of ỹ·f.
 - :mod:`.training`: the chapter's training runs and what they record.
 - :mod:`.analysis`: exact tests on counts, stage detection, small-loss sample selection.
 - :mod:`.digits`: the real-data experiment (two digits, symmetric label noise, a small CNN).
+- :mod:`.experiments`: the sweep points of the Theorem 4.2 runs, the d/n sweep, the phase grid and
+  the digits runs.
 """
 
 from lib.label_noise.analysis import (detect_stages, log10_p_rate_at_least, overtake_step, p_rate_at_least,
-                                      p_rate_at_most, p_rates_at_least, p_rise, pooled_selection, precision_recall,
-                                      per_run_reading, reuse_summary,
+                                      p_rate_at_most, p_rates_at_least, p_rise, paired_changes, pooled_selection,
+                                      precision_recall, per_run_reading, reuse_summary,
                                       rise_power, select_small_loss, smallest_detectable_rise, stack_runs,
                                       stage_one_appears, stage_one_best)
 from lib.label_noise.data import make_data, make_reuse_test, mu_norm_for, snr
 from lib.label_noise.digits import digits_task, train_digits
+from lib.label_noise.experiments import digits_run, dim_point, phase_point
 from lib.label_noise.model import (LOG2, CoefficientGD, J, TestSet, gd_step, init_weights, logistic_loss,
                                    loss_derivative, output, preactivations, project)
 from lib.label_noise.theory import (benign_exponent, heuristic_boundary, noisy_label_error, stage_one_rates,
@@ -31,7 +34,7 @@ from lib.label_noise.training import (History, flip_rates, init_event, log_steps
 __all__ = ["detect_stages", "log10_p_rate_at_least", "p_rate_at_least", "p_rate_at_most", "p_rise",
            "precision_recall", "select_small_loss", "smallest_detectable_rise", "stage_one_appears", "overtake_step",
            "stack_runs", "make_data", "make_reuse_test", "init_event", "flip_rates", "p_rates_at_least",
-           "per_run_reading",
+           "per_run_reading", "paired_changes", "dim_point", "phase_point", "digits_run",
            "rise_power", "reuse_summary", "pooled_selection", "stage_one_best",
            "mu_norm_for", "snr", "digits_task", "train_digits", "LOG2", "CoefficientGD", "J", "TestSet",
            "gd_step", "init_weights", "logistic_loss", "loss_derivative", "output", "preactivations", "project",

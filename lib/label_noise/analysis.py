@@ -188,3 +188,15 @@ def per_run_reading(runs, alpha: float, bounds=None) -> dict:
     level = alpha / len(runs)
     return {"bounds": bounds, "errors": [r["reuse_errors"] / r["n_reuse"] for r in runs], "p": p,
             "p_min": float(min(p)), "level": level, "holds": bool(min(p) >= level)}
+
+
+def paired_changes(right, index: int) -> dict:
+    """Paired test points between recording index ``index`` and the end, pooled over runs
+    (``right[j]``: run j's (recording steps, test points) boolean array, True where a point is
+    classified right): ``worse`` (right at ``index``, wrong at the end), ``better`` (the other way
+    round), ``right_at`` (right at ``index``) and ``pairs`` (test points in all)."""
+    right = list(right)
+    return {"worse": sum(int(np.sum(r[index] & ~r[-1])) for r in right),
+            "better": sum(int(np.sum(~r[index] & r[-1])) for r in right),
+            "right_at": sum(int(r[index].sum()) for r in right),
+            "pairs": sum(r.shape[1] for r in right)}
