@@ -552,3 +552,63 @@ def test_value_by_n_by_hand():
     assert v.drop == pytest.approx(0.75) and v.drop_se == pytest.approx(0.25)
     b = mf.logdet_bias
     assert v.bias_drop == pytest.approx(0.1 * (b(64, 5) - b(16, 5))) and v.bias_drop > 0
+
+
+def test_best_penalty_is_the_grid_minimiser_first_on_ties():
+    assert analysis.best_penalty([0.1, 1.0, 10.0], [3.0, 1.0, 2.0]) == 1.0
+    assert analysis.best_penalty([0.1, 1.0, 10.0], [1.0, 2.0, 1.0]) == 0.1
+
+
+def test_u_shape_needs_an_interior_minimiser_and_both_terms():
+    lam = np.array([0.1, 1.0, 10.0])
+    u = analysis.fit_bias_variance(lam, 1 / lam + lam)       # a = b = 1, c = 0 exactly
+    assert u.a == pytest.approx(1.0) and u.b == pytest.approx(1.0)
+    assert analysis.u_shape_holds(lam, 1.0, u)
+    assert not analysis.u_shape_holds(lam, 0.1, u)           # minimiser at the grid's edge
+    assert not analysis.u_shape_holds(lam, 10.0, u)
+    assert not analysis.u_shape_holds(lam, 1.0, analysis.BiasVarianceFit(1.0, -0.1, 0.0, 1.0))  # b < 0
+    assert not analysis.u_shape_holds(lam, 1.0, analysis.BiasVarianceFit(0.0, 1.0, 0.0, 1.0))   # a = 0
+
+
+def test_u_shape_claim_records_the_rule_and_what_the_design_reads():
+    from lib.claims import Claims
+    lam = np.array([0.1, 1.0, 10.0])
+    mse = np.array([[3.0, 3.2], [1.0, 1.2], [9.5, 9.7]])     # (λ, seed): the largest λ near zero's 10
+    half = mse * np.array([[1.0], [1.1], [1.0]])             # only λ = 1 still moving, by 10 %
+    rd = analysis.sweep_readability(mse, half, mse_zero=10.0)
+    fit = analysis.fit_bias_variance(lam, mse.mean(1))
+    best = analysis.best_penalty(lam, mse.mean(1))
+    kw = analysis.u_shape_claim(lam, best, fit, rd, 10.0)
+    assert kw["id"] == "lambda-u-shape" and kw["simulation"]["argmin"] == 1.0
+    assert kw["holds"] == analysis.u_shape_holds(lam, best, fit)
+    assert kw["power"].detectable == pytest.approx(0.1) and kw["power"].ceiling == 0.0
+    assert kw["power"].value["lambdas at the zero function's error"] == [10.0]
+    assert "at λ = 1" in kw["power"].statement
+    claim = Claims("03-npiv-mean-field").record(**kw)
+    assert claim.holds == kw["holds"]
+
+
+def test_sweep_metrics_keep_the_records_section():
+    fit = analysis.BiasVarianceFit(1.0, 2.0, 3.0, 0.5)
+    sweep = {"flow_time": 5.0, "steps": np.array([10, 20]), "mse": np.ones((2, 1)),
+             "mse_half": np.zeros((2, 1)), "baselines": {"sieve 2SLS": np.array([4.0])}}
+    out = analysis.sweep_metrics([0.1, 1.0], sweep, fit)
+    assert list(out) == ["lambda"]
+    assert out["lambda"]["sweep_fit"] == {"a": 1.0, "b": 2.0, "c": 3.0, "r2": 0.5}
+    assert out["lambda"]["sweep_lams"] == [0.1, 1.0] and out["lambda"]["sweep_flow_time"] == 5.0
+
+
+def test_largest_late_sd_by_hand():
+    t = np.array([0.0, 1.0, 2.0, 3.0])
+    gap = np.array([[[9.0, 1.0, 3.0, 1.0]], [[0.0, 5.0, 2.0, 2.0]]])   # (run, 1, time)
+    # late stretch t ≥ 2: (3, 1) has population sd 1, (2, 2) has 0; the early 9 and 5 do not count
+    assert analysis.largest_late_sd(t, gap, 2.0) == pytest.approx(1.0)
+
+
+def test_correlation_by_hand():
+    x = np.array([1.0, 2.0, 3.0, 4.0])
+    assert analysis.correlation(x, 3 * x - 1) == pytest.approx(1.0)
+    assert analysis.correlation(x, -x) == pytest.approx(-1.0)
+    y = np.array([1.0, 3.0, 2.0, 4.0])
+    xc, yc = x - x.mean(), y - y.mean()
+    assert analysis.correlation(x, y) == pytest.approx((xc @ yc) / np.sqrt((xc @ xc) * (yc @ yc)))
