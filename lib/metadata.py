@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from lib.llama import Block, Decoder, rope
-from lib.pcfg import Grammar, Language, is_grammatical
+from lib.pcfg import Grammar, Language, is_grammatical, per_position_mean
 from lib.population import adam_step
 from lib.seeding import seed32, seed_torch, stream, torch_generator
 from lib.sweep import one_thread
@@ -402,6 +402,37 @@ def train_point(reps, seed: int = 0, *, dms, root: int, grammar: Grammar, eval_s
             runs.append({"rep": rep, "dm": dm, "hist": hist, "masked": masked, "given": given, "probes": probes,
                          "grammatical_true": ok_true, "grammatical_any": ok_any})
     return {"runs": runs}
+
+
+# -- the per-position losses summarised: per token, per position, per seed ------------------------------------
+
+def token_mean(values) -> float:
+    """The mean over every token of per-sample, per-position values such as :func:`evaluate`'s losses
+    (NaN, past a string's end, skipped)."""
+    return float(np.nanmean(values))
+
+
+def position_curve(per_sample: np.ndarray, positions) -> np.ndarray:
+    """The mean over the samples at each of ``positions`` (indices) of per-sample, per-position values
+    ``(B, n)``, NaN past a string's end skipped (:func:`lib.pcfg.per_position_mean`)."""
+    return per_position_mean(per_sample)[0][positions]
+
+
+def seeds_curve(runs, key: str, positions) -> np.ndarray:
+    """:func:`position_curve` of ``run[key]`` for each of ``runs`` (one per seed), stacked as
+    ``(positions, seeds)``."""
+    return np.stack([position_curve(r[key], positions) for r in runs], axis=-1)
+
+
+def bonferroni_z(rate: float, n_tests: int) -> float:
+    """The one-sided normal critical value for ``n_tests`` z-scores at once: each is tested at
+    ``rate / n_tests``, so that the chance that any of them exceeds it by chance is at most ``rate``
+    (Bonferroni)."""
+    from scipy import stats
+
+    if n_tests < 1 or not 0 < rate < 1:
+        raise ValueError("need n_tests ≥ 1 and 0 < rate < 1")
+    return float(stats.norm.isf(rate / n_tests))
 
 
 # -- comparisons between arms: the chapter's decision rules and their power ---------------------------------

@@ -163,3 +163,27 @@ def test_equivalence_holds_only_when_every_row_is_confidently_within_the_toleran
     assert not e.holds and np.max(e.needed) > 0.05
     with pytest.raises(ValueError):
         M.equivalence(np.zeros((3, 1)), 0.05, 1e-4)
+
+
+def test_token_mean_and_position_curves_skip_the_positions_past_a_strings_end():
+    values = np.array([[1.0, 2.0, np.nan], [3.0, np.nan, np.nan], [5.0, 4.0, 6.0]])
+    assert M.token_mean(values) == pytest.approx((1 + 2 + 3 + 5 + 4 + 6) / 6)
+    assert M.position_curve(values, np.array([0, 1, 2])) == pytest.approx([3.0, 3.0, 6.0])
+    assert M.position_curve(values, np.array([2, 0])) == pytest.approx([6.0, 3.0])
+    runs = [{"loss": values}, {"loss": values + 1.0}]
+    curves = M.seeds_curve(runs, "loss", np.array([0, 1]))
+    assert curves.shape == (2, 2)                     # (positions, seeds)
+    assert curves[:, 0] == pytest.approx([3.0, 3.0]) and curves[:, 1] == pytest.approx([4.0, 4.0])
+
+
+def test_bonferroni_z_gives_each_test_its_share_of_the_rate():
+    import math
+    assert M.bonferroni_z(0.025, 1) == pytest.approx(1.959964, abs=1e-6)
+    assert M.bonferroni_z(0.25, 10) == pytest.approx(M.bonferroni_z(0.025, 1))
+    for rate, n in ((1e-3, 1), (1e-4, 37), (0.05, 400)):
+        z = M.bonferroni_z(rate, n)
+        assert 0.5 * math.erfc(z / math.sqrt(2)) == pytest.approx(rate / n, rel=1e-9)
+        assert 1 - (1 - rate / n) ** n <= rate * (1 + 1e-12)  # any of n independent tests exceeds it
+    assert M.bonferroni_z(1e-3, 100) > M.bonferroni_z(1e-3, 10)
+    with pytest.raises(ValueError):
+        M.bonferroni_z(1e-3, 0)
