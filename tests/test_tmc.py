@@ -352,3 +352,81 @@ def test_dprm_vs_orm_tree_is_the_squeezed_tree_and_exact():
     assert out["dprm_small"] == pytest.approx(out["base"], rel=1e-2)
     if out["dprm_small"] > out["orm"]:
         assert out["crossover"] > 0 and (out["dprm"] > out["orm"]) == (out["crossover"] > 5.0)
+
+
+# -- the chapter's decision rule and small statistics (lib.tmc.decisions) --------------------------
+def test_claim_rule_effect_needs_every_p_below_and_fit_every_p_above():
+    assert M.claim_rule([0.001, 0.002], 0.01, effect=True)
+    assert not M.claim_rule([0.001, 0.02], 0.01, effect=True)
+    assert M.claim_rule([0.5, 0.01], 0.01, effect=False)  # at the bound passes a fit
+    assert not M.claim_rule([0.5, 0.009], 0.01, effect=False)
+    assert M.claim_rule(0.2, 0.01, effect=False) and not M.claim_rule(0.2, 0.01, effect=True)
+
+
+def _claims():
+    from lib.claims import Claims
+
+    return Claims("05-exploration-tree-markov-chains", profile="default")
+
+
+def test_tested_records_bonferroni_within_the_claim_and_judges_alternative_and_control():
+    claims = _claims()
+    kw = dict(alpha=0.01, chapter_rate=0.1, n_claims=10)
+    c = M.tested(claims, "effect", "an effect", [0.001, 0.004], "t-tests", effect=True,
+                 control=("mechanism removed", [0.3, 0.001]), **kw)
+    assert c.holds is True and c.theory == 0.005 and c.simulation == 0.004  # level 0.01/2, largest p
+    assert c.control["holds"] is False and c.control["value"] == 0.3
+    assert c.false_alarm == 0.01 and "of 2 t-tests" in c.tolerance and "10 statistical claims" in c.tolerance
+    assert not M.tested(claims, "effect-fails", "an effect", [0.001, 0.006], "t-tests", effect=True,
+                        kind="check", **kw).holds
+    fit = M.tested(claims, "fit", "a fit", [0.2, 0.03, 0.5], "z-tests", alternative=("a rival", [0.5, 1e-4]),
+                   control=("a control", [1e-5]), **kw)
+    assert fit.holds is True and fit.simulation == 0.03 and fit.source == "reconstruction"
+    assert fit.alternative["rejected"] is True and fit.control["holds"] is False
+    assert M.tested(claims, "fit-fails", "a fit", [0.2, 0.003, 0.5], "z-tests", kind="check", **kw).holds is False
+
+
+def test_mean_z_test_by_hand():
+    import math
+
+    samples = np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 9.0]])
+    mean, se, z, p = M.mean_z_test(samples, np.array([1.0, 5.0]))
+    assert mean.tolist() == [3.0, 5.0] and np.allclose(se, [2 / math.sqrt(3), math.sqrt(13) / math.sqrt(3)])
+    assert np.allclose(z, [math.sqrt(3), 0.0])
+    assert np.allclose(p, [math.erfc(math.sqrt(3) / math.sqrt(2)), 1.0])
+
+
+def test_seed_stack_geometric_midpoint_count_and_median():
+    import pandas as pd
+
+    records = [{"x": np.array([1, 2, 3])}, {"x": np.array([4, 5, 6])}]
+    assert M.seed_stack(records, "x").tolist() == [[1, 4], [2, 5], [3, 6]]
+    assert M.geometric_midpoint(2.0, 8.0) == 4.0
+    assert M.count_wins(pd.Series([0.5, 1.0, 1.5, 3.0])) == 2
+    assert M.median_or_nan(pd.Series([3.0, 1.0, 2.0])) == 2.0 and np.isnan(M.median_or_nan(pd.Series([], dtype=float)))
+
+
+def test_crossing_p_sees_the_paradox_and_not_its_reverse():
+    rng = np.random.default_rng(0)
+    base = np.array([0.3, 0.6, 0.9])  # pass@1, pass@2, pass@K_max of the base
+    noise = rng.normal(0, 0.01, (3, 12))
+    paradox = np.array([[0.5], [0.6], [0.7]]) + noise  # pass@1 up, pass@K_max down
+    p = M.crossing_p(paradox, base)
+    assert max(p) < 1e-6
+    assert p == [M.mean_above_p(paradox[0], 0.3), M.mean_above_p(-paradox[-1], -0.9)]
+    assert min(M.crossing_p(np.array([[0.2], [0.6], [0.95]]) + noise, base)) > 0.99  # both reversed
+
+
+def test_inference_coverages_are_the_selection_laws_by_class(tree):
+    t = tree[0]
+    s = log_setting(t, t.task("TASK1"))
+    cov = M.inference_coverages(s.ref_logits, s, best_of=4, kappa=2.0, lam=3.0, beta=0.5)
+    pi = M.path_probs(M.softmax(s.ref_logits), s.paths)
+    assert list(cov) == ["ORM best-of-N", "soft best-of-N", "PRM (greedy)", "dPRM (h-transform)",
+                         "KL tilt (closed form)"]
+    assert np.allclose(cov["ORM best-of-N"], M.coverage(M.orm_best_of_n(pi, s.rex, 4), s.classes))
+    assert np.allclose(cov["KL tilt (closed form)"], M.coverage(M.kl_tilt(pi, s.rex, 0.5), s.classes))
+    for v in cov.values():
+        assert np.isclose(v.sum(), 1.0)
+    # ORM favours the common chain: it keeps less hard mass than the base policy
+    assert cov["ORM best-of-N"][M.HARD] < M.coverage(pi, s.classes)[M.HARD]

@@ -19,11 +19,15 @@ Modules, in import order:
   KL-GRPO);
 - :mod:`lib.tmc.odes` — their expected updates, the mean-field recursion, the KL tilt;
 - :mod:`lib.tmc.selection` — inference-time selection with a population reward;
-- :mod:`lib.tmc.experiments` — seeded runs and their exact summaries, random trees, drawing.
+- :mod:`lib.tmc.experiments` — seeded runs and their exact summaries, random trees, drawing;
+- :mod:`lib.tmc.decisions` — the chapter's decision rule for its statistical claims, and the small
+  statistics its tables show.
 
 Everything the chapter and its tests use is re-exported here (``from lib import tmc as M``).
 """
 
+from lib.tmc.decisions import (claim_rule, count_wins, crossing_p, geometric_midpoint, inference_coverages,
+                               mean_z_test, median_or_nan, seed_stack, tested)
 from lib.tmc.experiments import (detectable_shift, dprm_vs_orm_tree, draw_tree, hard_mass_crossover, hard_summary,
                                  kl_beta_run, mean_above_p, reward_weighted, sign_test_p, stream, train_run,
                                  trajectory, tree_squeeze)
@@ -38,6 +42,8 @@ from lib.tmc.tree import (CLASS_NAMES, EASY, HARD, INVALID, LOW_WEIGHT, TMC, Mat
                           path_probs, paths_from, random_tmc, rex, sample_instances)
 
 __all__ = [
+    "claim_rule", "count_wins", "crossing_p", "geometric_midpoint", "inference_coverages", "mean_z_test",
+    "median_or_nan", "seed_stack", "tested",
     "CLASS_NAMES", "EASY", "HARD", "INVALID", "LOW_WEIGHT", "TMC", "TRAINERS", "Matrices", "Setting",
     "Task", "binomial_pvalues", "classify", "correct_sets", "coverage", "detectable_shift", "dprm_h_transform",
     "dprm_vs_orm_tree", "hard_mass_crossover", "reward_weighted",
