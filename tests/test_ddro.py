@@ -568,3 +568,95 @@ def test_adam_arm_uses_the_same_pairs_and_records_the_stopping_rule():
     assert again == out                                           # nothing random beyond the pairs
     tr = D.neural_batch(300, "ddro", 0, replicates=2, vocab=2, length=3, hidden=4, root=0)
     assert tr["tolerance"] == pytest.approx(out["tolerance"])   # the same pairs: the same N and rule
+
+
+def test_t_quantile_against_closed_forms():
+    # df = 1 is the Cauchy law: P(T > 1) = 1/4; df = 2: t = (2u − 1)/√(2u(1 − u)) at cdf u
+    assert D.t_quantile(0.25, 1) == pytest.approx(1.0, abs=1e-12)
+    assert D.t_quantile(0.05, 2) == pytest.approx(0.9 / np.sqrt(2 * 0.95 * 0.05), rel=1e-12)
+    assert D.t_quantile(0.5, 7) == pytest.approx(0.0, abs=1e-12)
+    assert D.t_quantile(1e-3, 9) > D.t_quantile(1e-2, 9) > 0
+    for fa, df in ((0.0, 3), (1.0, 3), (0.1, 0)):
+        with pytest.raises(ValueError):
+            D.t_quantile(fa, df)
+    np.testing.assert_allclose(D.predicted_tv(2.0, [4, 100]), [1.0, 0.2])
+
+
+def _toy_study(Ns=(10, 100, 1000), scale=(0.9, 1.0, 1.1)):
+    rows = []
+    for name, c in (("A", 1.0), ("B", 3.0)):
+        for N in Ns:
+            for r, s in enumerate(scale):
+                rows.append({"structure": name, "N": N, "replicate": r, "ddro": c * s / np.sqrt(N),
+                             "bt": 2 * c * s / np.sqrt(N), "dpo": 0.1 + 0 * s, "kto": 0.2 + 0.01 * r})
+    return pd.DataFrame(rows)
+
+
+def test_rate_study_samples_slopes_spread_and_fits_by_hand():
+    prefs = [D.Preference("A", np.full((2, 2), 0.5)), D.Preference("B", np.full((2, 2), 0.5))]
+    study = _toy_study()
+    out = D.rate_study(study, prefs, [10, 100, 1000], ["ddro", "dpo", "bt"], np.random.default_rng(0), 1e-3,
+                       fit_from=100)
+    s = out["samples"][("B", "ddro")]
+    np.testing.assert_allclose(s, 3.0 * np.array([0.9, 1.0, 1.1])[None, :] / np.sqrt([[10], [100], [1000]]))
+    assert out["slopes"][("A", "ddro")] == pytest.approx(-0.5) and out["slopes"][("B", "bt")] == pytest.approx(-0.5)
+    assert out["slopes"][("A", "dpo")] == pytest.approx(0.0, abs=1e-12)
+    # percentiles of (0.9, 1, 1.1)·x by linear interpolation: 0.92x and 1.08x
+    lo, hi = out["bands"][("A", "ddro")]
+    np.testing.assert_allclose(lo * np.sqrt([10, 100, 1000]), 0.92)
+    assert out["spread"][("A", "ddro")] == pytest.approx(1.08 / 0.92)
+    assert D.band_ratio(out["spread"]) == pytest.approx(1.08 / 0.92)
+    assert set(out["fits"]) == {("A", "ddro"), ("A", "bt"), ("B", "ddro"), ("B", "bt")}
+    assert out["fits"][("A", "ddro")]["Ns"] == [100, 1000]
+    again = D.rate_study(study, prefs, [10, 100, 1000], ["ddro", "dpo", "bt"], np.random.default_rng(0), 1e-3,
+                         fit_from=100)
+    assert again["fits"][("B", "bt")]["se"] == out["fits"][("B", "bt")]["se"]
+
+
+def test_largest_n_summary_by_hand():
+    prefs = [D.Preference("A", np.full((2, 2), 0.5)), D.Preference("B", np.full((2, 2), 0.5))]
+    study = _toy_study()
+    slopes = {("A", "ddro"): -0.4, ("B", "ddro"): -0.6, ("A", "bt"): -0.5, ("B", "bt"): -0.55}
+    consts, bt_consts = {"A": 2.0, "B": 3.0}, {"A": 2.0, "B": 12.0}
+    limits = {"A": {"tv": {"dpo": 0.1, "kto": 0.25}}, "B": {"tv": {"dpo": 0.08, "kto": 0.21}}}
+    s = D.largest_n_summary(study, prefs, 1000, slopes, consts, bt_consts, limits, {"A": 1e-12, "B": 3e-12})
+    # √N·mean TV at N = 1000: A's DDRO 1.0, B's 3.0; the plug-in twice that
+    assert s["c_ratio_lo"] == pytest.approx(0.5) and s["c_ratio_hi"] == pytest.approx(1.0)
+    assert s["bt_c_ratio_lo"] == pytest.approx(0.5) and s["bt_c_ratio_hi"] == pytest.approx(1.0)
+    assert (s["ddro_slope_lo"], s["ddro_slope_hi"], s["bt_slope_lo"], s["bt_slope_hi"]) == (-0.6, -0.4, -0.55, -0.5)
+    assert (s["const_ratio_lo"], s["const_ratio_hi"], s["bt_limit_max"]) == (1.0, 4.0, 3e-12)
+    # DPO's mean 0.1 against limits 0.1 and 0.08; the KTO-style mean 0.21 against 0.25 and 0.21
+    assert s["dpo_dev"] == pytest.approx(0.25) and s["kto_dev"] == pytest.approx(0.16)
+    # at N = 1000 DDRO beats DPO and the KTO-style fit in every run but B's last (3.3/√1000 ≈ 0.104 > 0.1)
+    assert s["n_order_runs"] == 6 and s["n_order"] == 5
+
+
+def test_gru_rate_on_exact_power_laws():
+    Ns = [1000, 10000, 100000]
+    exps = np.array([-0.45, -0.5, -0.55, -0.5])
+    ddro = np.array([[2.0 * N ** e for e in exps] for N in Ns])
+    dpo = np.array([[0.3 * N ** (e / 50) for e in exps] for N in Ns])
+    g = D.gru_rate({"ddro": ddro, "dpo": dpo}, Ns, 1e-3, C=2.0)
+    np.testing.assert_allclose(g["seed_slopes"]["ddro"], exps)
+    assert g["slope"] == pytest.approx(-0.5)
+    q = D.t_quantile(5e-4, 3)
+    assert g["q"] == q
+    half = q * np.std(exps, ddof=1) / 2
+    assert g["half"] == pytest.approx(half) and g["low"] == pytest.approx(-0.5 - half)
+    assert g["rival_rejected"] == (half < 0.5) and g["control_rejects"]
+    last = ddro[-1]
+    assert g["tv_mean"] == pytest.approx(last.mean())
+    assert g["tv_upper"] == pytest.approx(last.mean() + D.t_quantile(1e-3, 3) * np.std(last, ddof=1) / 2)
+    assert g["line_first"] == pytest.approx(ddro[0].mean() * np.sqrt(1000) / 2.0)
+
+
+def test_fit_effort_met_median_and_rate_constant_by_hand():
+    neural = pd.DataFrame({"kind": ["ddro", "ddro", "ddro", "ddro", "dpo", "dpo"], "N": [10, 10, 20, 20, 10, 20],
+                           "tv": [0.2, 0.4, 0.1, 0.1, 1.0, 1.0], "tv_optimum": [0.1, 0.4, 0.1, 0.05, 0.9, 0.9],
+                           "steps": [3, 5, 7, 11, 100, 200]})
+    e = D.fit_effort(neural)
+    assert e == {"opt_med": pytest.approx(0.75), "opt_max": 1.0, "steps_ddro_first": 4, "steps_ddro_last": 9}
+    assert D.met_median([-1, 3, 10, 5]) == 5 and D.met_median([-1, -1]) is None
+    r = D.rate_constant(np.array([1.0, 2.0, 3.0]), pd.Series([0.5, 1.5]), 4, 0.05)
+    assert r["mean"] == 4.0 and r["control"] == 2.0 and r["n"] == 3
+    assert r["tol"] == pytest.approx(D.t_quantile(0.025, 2) * 2.0 / np.sqrt(3))

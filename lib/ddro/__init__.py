@@ -11,7 +11,8 @@ Aligning Large Language Models*, ICML 2025, arXiv:2505.07558.
 - :mod:`.neural`: a tiny autoregressive GRU policy over short token sequences and its batched
   fine-tuning to convergence.
 - :mod:`.experiments`: the chapter's studies, one sweep point at a time.
-- :mod:`.analysis`: the rate claims' statistics (slope band, bias-floor rival, rate tolerance).
+- :mod:`.analysis`: the rate claims' statistics (slope band, bias-floor rival, rate tolerance) and the
+  studies' summaries.
 """
 
 from lib.ddro.categorical import (bt_misfit, bt_plugin_limit, bt_plugin_target, bt_plugin_tv_constant,
@@ -19,7 +20,9 @@ from lib.ddro.categorical import (bt_misfit, bt_plugin_limit, bt_plugin_target, 
                                   fit_bt_plugin, fit_ddro_categorical, fit_dpo_categorical,
                                   fit_kto_categorical,
                                   population_limits)
-from lib.ddro.analysis import floor_slope, margin_test, rate_tolerance, slope_fit, upper_bound
+from lib.ddro.analysis import (band_ratio, fit_effort, floor_slope, gru_rate, largest_n_summary, margin_test,
+                               met_median, predicted_tv, rate_constant, rate_study, rate_tolerance, slope_fit,
+                               t_quantile, upper_bound)
 from lib.ddro.experiments import (MISSPECIFIED_ALPHA, categorical_point, categorical_study, neural_adam_batch,
                                   neural_batch)
 from lib.ddro.neural import (AdamFits, GRUPolicy, adam_population, all_sequences, batched_loss, categorical_optimum,
@@ -38,4 +41,5 @@ __all__ = ["Preference", "bradley_terry", "cyclic", "structures", "paired_target
            "dpo_step", "fit_population", "gru_weights", "tree_log_probs", "batched_loss", "categorical_optimum",
            "train_population", "sequence_setup", "categorical_point", "categorical_study", "neural_batch",
            "loglog_slope", "slope_fit", "floor_slope", "rate_tolerance", "upper_bound", "margin_test",
-           "MISSPECIFIED_ALPHA", "AdamFits", "adam_population", "neural_adam_batch"]
+           "MISSPECIFIED_ALPHA", "AdamFits", "adam_population", "neural_adam_batch", "t_quantile", "predicted_tv",
+           "rate_study", "band_ratio", "largest_n_summary", "gru_rate", "fit_effort", "met_median", "rate_constant"]
