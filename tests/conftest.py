@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import os
 import shutil
 import signal
@@ -28,28 +27,19 @@ def companion(*args: str, root: Path = ROOT, timeout: float = 3600, env: dict | 
 
 
 #: What makes a test an integration test: fixtures that run the CLI or the book, and calls that
-#: start another process, a kernel or a cluster.
+#: start another process, a kernel or a cluster. Tests say their tier themselves
+#: (``pytest.mark.integration`` on the test or as the module's ``pytestmark``);
+#: ``tests/test_repo.py`` checks with these that none that starts a process leaves it out.
 INTEGRATION_FIXTURES = {"project", "default_book"}
 INTEGRATION_CALLS = ("companion(", "papermill(", "subprocess.", "execute_notebook(", "LocalCluster(",
                      "Client(", "_scheduler(", "build_html(", "run_chapter(", "sync_playwright(")
 
 
 def pytest_collection_modifyitems(config, items):
-    """Mark every test that starts a process (directly, or through a fixture or helper named
-    above) as ``integration``, so ``make test-fast`` (``-m "not slow and not browser and not
-    integration"``) is the unit tier: in-process, no kernel, no cluster, no build. Then move the
-    tests that read the default book to the end (a stable sort: the order is otherwise kept)."""
-    for item in items:
-        if item.get_closest_marker("integration"):
-            continue
-        try:
-            source = inspect.getsource(item.function)
-        except (OSError, TypeError):
-            source = ""
-        if INTEGRATION_FIXTURES & set(getattr(item, "fixturenames", ())) or \
-                any(call in source for call in INTEGRATION_CALLS):
-            item.add_marker(pytest.mark.integration)
-    # The tests that read the default book go last: its build runs in the background meanwhile.
+    """The tests that read the default book go last: its build runs in the background meanwhile
+    (a stable sort: the order is otherwise kept). ``make test-fast`` (``-m "not slow and not
+    browser and not integration"``) is the unit tier: in-process, no kernel, no cluster, no
+    build."""
     items[:] = sorted(items, key=lambda item: "default_book" in getattr(item, "fixturenames", ()))
 
 

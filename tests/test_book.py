@@ -25,6 +25,7 @@ def _results(profile: str, slug: str) -> dict:
 
 
 @pytest.mark.parametrize("slug", CHAPTERS)
+@pytest.mark.integration
 def test_chapter_runs_at_quick_and_its_checked_claims_hold(slug, tmp_path):
     log = tmp_path / "streams.tsv"
     out = companion("run", slug, "--profile", "quick", timeout=600, env={seeding.LOG_ENV: str(log)})
@@ -40,6 +41,7 @@ def test_chapter_runs_at_quick_and_its_checked_claims_hold(slug, tmp_path):
         assert seed in roots and roots <= {seed, seeding.MODEL_ROOT}, roots
 
 
+@pytest.mark.integration
 def test_default_book_builds_without_warnings(default_book):
     # exit 0: the book is built and every claim came out as its chapter declares
     assert default_book.returncode == 0, default_book.stdout[-4000:] + default_book.stderr[-4000:]
@@ -51,6 +53,7 @@ def test_default_book_builds_without_warnings(default_book):
 
 
 @pytest.mark.parametrize("slug", CHAPTERS)
+@pytest.mark.integration
 def test_every_theorem_and_check_claim_holds_at_default(default_book, slug):
     doc = _results("default", slug)
     failed = [f"{c['kind']} {c['id']} ({status_of(c)}): {c['statement']} (theory {c['theory']}, simulation "
@@ -59,6 +62,7 @@ def test_every_theorem_and_check_claim_holds_at_default(default_book, slug):
 
 
 @pytest.mark.parametrize("slug", CHAPTERS)
+@pytest.mark.integration
 def test_every_claim_is_of_a_known_kind_and_theorems_name_source_and_alternative(default_book, slug):
     doc = _results("default", slug)
     assert doc.get("schema_version") == SCHEMA_VERSION
@@ -71,6 +75,7 @@ def test_every_claim_is_of_a_known_kind_and_theorems_name_source_and_alternative
 
 
 @pytest.mark.parametrize("slug", CHAPTERS)
+@pytest.mark.integration
 def test_every_theorem_claim_rejects_its_alternative_at_default(default_book, slug):
     """A theorem claim whose alternative (the nearest hypothesis a reader holds) survives the
     default run does not discriminate: it has to be given a real rival or be something else."""
@@ -83,6 +88,7 @@ def test_every_theorem_claim_rejects_its_alternative_at_default(default_book, sl
 
 
 @pytest.mark.parametrize("slug", CHAPTERS)
+@pytest.mark.integration
 def test_every_recorded_false_alarm_rate_meets_the_contract(default_book, slug):
     doc = _results("default", slug)
     for c in doc["claims"]:
@@ -96,6 +102,7 @@ def test_every_recorded_false_alarm_rate_meets_the_contract(default_book, slug):
 
 
 @pytest.mark.parametrize("slug", CHAPTERS)
+@pytest.mark.integration
 def test_every_empirical_claim_has_a_verdict_and_a_power_record(default_book, slug):
     doc = _results("default", slug)
     for c in (c for c in doc["claims"] if c["kind"] == "empirical"):
@@ -113,6 +120,7 @@ def test_every_empirical_claim_has_a_verdict_and_a_power_record(default_book, sl
 
 
 @pytest.mark.parametrize("slug", CHAPTERS)
+@pytest.mark.integration
 def test_every_theorem_claim_has_a_negative_control_that_fails(default_book, slug):
     """The same pipeline with the theorem's mechanism removed or its hypothesis violated, judged
     by the claim's own rule, must fail: otherwise the claim tests something other than the
@@ -131,6 +139,7 @@ def test_every_theorem_claim_has_a_negative_control_that_fails(default_book, slu
 
 
 @pytest.mark.parametrize("slug", CHAPTERS)
+@pytest.mark.integration
 def test_a_chapter_keeps_within_one_false_alarm_budget(default_book, slug):
     """A chapter's statistical claims share CHAPTER_FALSE_ALARM per run (Bonferroni), so a default
     book on an unseen seed fails by chance well under 1 % of the time (ten chapters)."""
@@ -155,6 +164,7 @@ def test_status_page_shows_the_verdicts_and_the_power():
     assert "not reproduced" in _claim_row(seen, None)
 
 
+@pytest.mark.integration
 def test_rebuild_with_nothing_changed_is_all_cache_hits(default_book):
     again = companion("build", "--profile", "default", timeout=900)
     assert again.returncode == 0
@@ -167,6 +177,7 @@ REPRS = ("PosixPath(", "Claim(", "array(", "np.float64(", "dtype=", "<Figure siz
 
 
 @pytest.mark.parametrize("slug", CHAPTERS)
+@pytest.mark.integration
 def test_executed_chapter_prints_no_reprs(default_book, slug):
     """A reader sees figures, formatted tables and sentences, not Python reprs."""
     nb = json.loads((ROOT / "_build" / "runs" / "default" / slug / f"{slug}.ipynb").read_text())
@@ -186,6 +197,7 @@ def test_executed_chapter_prints_no_reprs(default_book, slug):
 
 
 @pytest.mark.parametrize("slug", CHAPTERS)
+@pytest.mark.integration
 def test_executed_chapter_writes_nothing_to_stderr(default_book, slug):
     """Warnings (a missing font, a deprecation, a library's progress bar) would show in the book
     as red boxes between the paragraphs: a chapter's stderr stays empty."""

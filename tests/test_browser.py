@@ -54,6 +54,7 @@ PAGES = ["index.html", "book/status.html", "book/bibliography.html", "book/repro
 
 
 @pytest.mark.parametrize("page_path", PAGES)
+@pytest.mark.integration
 def test_page_renders(browser, server, page_path):
     page = browser.new_page()
     failed_requests = []
@@ -80,6 +81,7 @@ def test_page_renders(browser, server, page_path):
     page.close()
 
 
+@pytest.mark.integration
 def test_chapter_pages_show_figures(browser, server):
     """Every finished chapter shows at least one figure (placeholders say they are in preparation)."""
     page = browser.new_page()
@@ -92,6 +94,7 @@ def test_chapter_pages_show_figures(browser, server):
     page.close()
 
 
+@pytest.mark.integration
 def test_status_page_lists_every_chapter(browser, server):
     page = browser.new_page()
     page.goto(urljoin(server, "book/status.html"), wait_until="load")
@@ -104,6 +107,7 @@ def test_status_page_lists_every_chapter(browser, server):
     page.close()
 
 
+@pytest.mark.integration
 def test_status_page_verdicts_are_visible_without_horizontal_scrolling(browser, server):
     page = browser.new_page(viewport={"width": 1300, "height": 900})
     page.goto(urljoin(server, "book/status.html"), wait_until="load")
@@ -141,6 +145,7 @@ _WIDTH_PROBE = """() => {
 
 @pytest.mark.parametrize("page_path", ["book/reproducing.html", "book/citing.html", "book/status.html",
                                        *[f"book/chapters/{c.slug}.html" for c in CHAPTERS]])
+@pytest.mark.integration
 def test_pages_fit_a_laptop_screen(browser, server, page_path):
     """At 1280 px every code block, table and figure fits its column (or scrolls in its own box),
     and no table cell runs two numbers together."""
@@ -153,6 +158,7 @@ def test_pages_fit_a_laptop_screen(browser, server, page_path):
 
 
 @pytest.mark.parametrize("ch", CHAPTERS, ids=lambda c: c.number)
+@pytest.mark.integration
 def test_chapter_page_is_finished_for_a_reader(browser, server, ch):
     """Numbered, captioned figures with alt text; no injected-parameters cell; downloads that
     resolve; theorems numbered once; no repository link unless one is configured."""
@@ -213,6 +219,7 @@ def test_axe_core_reports_a_known_violation(browser):
     page.close()
 
 
+@pytest.mark.integration
 def test_no_page_has_a_serious_accessibility_violation(browser, server):
     """axe-core on every HTML page of the built book (redirects aside), after MathJax has typeset."""
     pages = sorted(str(p.relative_to(HTML)) for p in HTML.rglob("*.html")
@@ -230,6 +237,7 @@ def test_no_page_has_a_serious_accessibility_violation(browser, server):
     assert not problems, "\n".join(problems)
 
 
+@pytest.mark.integration
 def test_chapter_pages_show_their_paper_record_or_say_there_is_none(browser, server):
     """Issue 44: each chapter page has an "At the paper profile" section from its record in
     book/records/paper/, and the reproducing page's table has a row per chapter."""

@@ -89,6 +89,7 @@ def test_constraints_are_read_from_the_parameters_cell(tmp_path):
 
 
 @pytest.mark.parametrize("profile", ["quick", "default", "paper"])
+@pytest.mark.integration
 def test_dry_run_validates_every_chapter_at_every_profile(profile):
     out = companion("run", "all", "--profile", profile, "--dry-run", timeout=120)
     assert out.returncode == 0, out.stderr
@@ -99,11 +100,13 @@ def test_dry_run_validates_every_chapter_at_every_profile(profile):
 
 
 @pytest.mark.parametrize("extra", [["--dry-run"], []])
+@pytest.mark.integration
 def test_negative_seed_is_a_usage_error_before_anything_runs(extra):
     out = companion("run", "01", "-p", "seed", "-1", *extra, timeout=120)
     assert out.returncode == 64 and out.stderr.strip() == "error: parameter 'seed' must be ∈ [0, 4294967295], got -1"
 
 
+@pytest.mark.integration
 def test_params_prints_flat_yaml_for_papermill_and_version():
     import yaml
 
@@ -120,6 +123,7 @@ def test_params_prints_flat_yaml_for_papermill_and_version():
     assert version.returncode == 0 and version.stdout.startswith("companion ")
 
 
+@pytest.mark.integration
 def test_a_device_this_machine_lacks_is_a_usage_error():
     import torch
 
@@ -130,6 +134,7 @@ def test_a_device_this_machine_lacks_is_a_usage_error():
     assert len(out.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.integration
 def test_unwritable_out_is_one_line_exit_64(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
@@ -140,6 +145,7 @@ def test_unwritable_out_is_one_line_exit_64(tmp_path):
 
 
 # -- the CLI against a throw-away project ---------------------------------------------------
+@pytest.mark.integration
 def test_list_shows_parameters_and_types(project):
     out = companion("list", root=project)
     assert out.returncode == 0, out.stderr
@@ -159,6 +165,7 @@ def test_list_shows_parameters_and_types(project):
     (["seeds", "99", "--seeds", "a,b"], "--seeds"),
     (["seeds", "99", "-p", "n", "3"], "unrecognized arguments"),
 ])
+@pytest.mark.integration
 def test_bad_usage_is_one_line_exit_64_and_starts_nothing(project, args, needle):
     t0 = time.perf_counter()
     out = companion(*args, root=project)
@@ -169,6 +176,7 @@ def test_bad_usage_is_one_line_exit_64_and_starts_nothing(project, args, needle)
     assert time.perf_counter() - t0 < 20
 
 
+@pytest.mark.integration
 def test_run_writes_results_and_cache_follows_imported_sources(project):
     first = companion("run", "99", "--profile", "quick", root=project)
     assert first.returncode == 0, first.stderr
@@ -205,6 +213,7 @@ def test_run_writes_results_and_cache_follows_imported_sources(project):
     assert results(project, "quick")["metrics"] == doc["metrics"]
 
 
+@pytest.mark.integration
 def test_failing_claim_exits_2_and_names_it(project):
     out = companion("run", "99", "-p", "claim_ok", "false", root=project)
     assert out.returncode == 2
@@ -212,6 +221,7 @@ def test_failing_claim_exits_2_and_names_it(project):
     assert results(project)["claims"][0]["holds"] is False
 
 
+@pytest.mark.integration
 def test_failing_notebook_exits_1_and_leaves_previous_result_intact(project):
     assert companion("run", "99", root=project).returncode == 0
     before = (project / RUN_DIR / "default" / "99-fixture" / "results.json").read_text()
@@ -222,12 +232,14 @@ def test_failing_notebook_exits_1_and_leaves_previous_result_intact(project):
     assert not list((project / RUN_DIR / "default").glob(".tmp-*"))
 
 
+@pytest.mark.integration
 def test_failing_first_run_leaves_nothing(project):
     out = companion("run", "99", "-p", "fail", "true", root=project)
     assert out.returncode == 1
     assert not (project / RUN_DIR / "default" / "99-fixture").exists()
 
 
+@pytest.mark.integration
 def test_killed_run_leaves_no_result_and_next_run_redoes_it(project):
     env = {"COMPANION_ROOT": str(project), "PYTHONPATH": str(project)}
     import os
@@ -249,6 +261,7 @@ def test_killed_run_leaves_no_result_and_next_run_redoes_it(project):
     assert not tmp_glob()
 
 
+@pytest.mark.integration
 def test_out_dir_and_status(project, tmp_path):
     out = companion("run", "99", "--profile", "quick", "--out", str(tmp_path / "elsewhere"), root=project)
     assert out.returncode == 0, out.stderr
@@ -260,6 +273,7 @@ def test_out_dir_and_status(project, tmp_path):
     assert "cached" in status.stdout and "2/2 claims hold" in status.stdout
 
 
+@pytest.mark.integration
 def test_jobs_runs_chapters_in_parallel_processes(project):
     """Two chapters at once (papermill changes the working directory, so each gets a process)."""
 
@@ -274,6 +288,7 @@ def test_jobs_runs_chapters_in_parallel_processes(project):
     assert not list((project / RUN_DIR / "quick").glob(".tmp-*"))
 
 
+@pytest.mark.integration
 def test_seeds_tallies_every_claim_over_seeds(project):
     out = companion("seeds", "99", "--seeds", "0-2,7", "--profile", "quick", root=project)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -293,6 +308,7 @@ def test_seeds_tallies_every_claim_over_seeds(project):
     assert again.stdout.count(": cached") == 4
 
 
+@pytest.mark.integration
 def test_seeds_exits_2_and_names_the_seed_a_claim_failed_on(project):
     (project / "book" / "params" / "quick.yaml").write_text("99-fixture: {n: 4, fail_seed: 1}\n")
     out = companion("seeds", "99", "--seeds", "0,1,2", "--profile", "quick", root=project)
@@ -307,6 +323,7 @@ def _log_lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
+@pytest.mark.integration
 def test_killed_sweep_resumes_from_its_finished_points(project, tmp_path):
     log = tmp_path / "points.log"
     args = ("run", "99", "-p", "points", "8", "-p", "point_sleep", "1.5")
@@ -340,6 +357,7 @@ def test_killed_sweep_resumes_from_its_finished_points(project, tmp_path):
     assert cleaned.returncode == 0 and not (project / "_build" / "points").exists()
 
 
+@pytest.mark.integration
 def test_local_scheduler_runs_the_sweep_on_a_cluster_with_identical_results(project, tmp_path):
     log = tmp_path / "points.log"
     local = companion("run", "99", "-p", "points", "4", "--out", str(tmp_path / "a"), root=project)

@@ -34,7 +34,7 @@ from lib.pipeline.chapters import Book
 #: other six would repeat these; comparing all ten cost about three minutes of every `make test`.
 CLUSTER_CHAPTERS = ("02", "03", "05", "10")
 CHAPTERS = [c.slug for c in Book(ROOT).chapters() if c.slug[:2] in CLUSTER_CHAPTERS]
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
 
 #: Wall-clock measurements differ between any two runs; a chapter keeps them under this metric.
 TIMINGS = "timings"

@@ -17,6 +17,8 @@ from conftest import ROOT
 from lib.pipeline.book import jupyter_book_command
 from lib.pipeline.jb_guard import STAGE_MARKER
 
+pytestmark = pytest.mark.integration
+
 JB = str(Path(sys.executable).parent / "jupyter-book")
 
 

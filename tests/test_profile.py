@@ -107,6 +107,7 @@ def test_the_matmul_peak_is_a_rate_per_repeat():
     assert len(rates) == 3 and all(r > 1e6 for r in rates)  # 2·64³ FLOPs each, in well under 0.5 s
 
 
+@pytest.mark.integration
 def test_profile_runs_the_chapter_into_build_profile_only(project):
     out = companion("profile", "99", "-p", "points", "3", root=project)
     assert out.returncode == 0, out.stderr
@@ -132,6 +133,7 @@ def test_profile_runs_the_chapter_into_build_profile_only(project):
     (["profile", "99", "--profile", "huge"], "huge"),
     (["profile", "99", "99"], "unrecognized"),
 ])
+@pytest.mark.integration
 def test_bad_input_is_one_line_and_exit_64(project, args, says):
     out = companion(*args, root=project)
     assert out.returncode == 64 and says in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr

@@ -3,6 +3,8 @@ section, and chapters that write under the repository's `_build/` wherever paper
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import os
 import subprocess
@@ -48,6 +50,7 @@ def test_the_default_out_dir_is_the_repositorys_build_and_another_relative_one_i
     assert resolve_out_dir(None, "01-x") == CHAPTER_DIR.parents[1] / "_build" / "runs" / "jupyter" / "01-x"
 
 
+@pytest.mark.integration
 def test_plain_papermill_from_the_repository_root_writes_under_its_build(project, tmp_path):
     nb = project / "book" / "chapters" / "99-fixture.ipynb"
     env = {**os.environ, "PYTHONPATH": str(project)}

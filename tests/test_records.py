@@ -18,6 +18,8 @@ from conftest import companion
 from lib.pipeline import records
 from lib.pipeline.chapters import Book
 
+pytestmark = pytest.mark.integration
+
 SLUG = "99-fixture"
 RECORD = "book/records/paper/99-fixture.json"
 

@@ -1,5 +1,6 @@
 """Repository hygiene: notebooks carry no outputs, chapters have the contracted shape, ruff."""
 
+import ast
 import json
 import subprocess
 import sys
@@ -7,6 +8,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from conftest import INTEGRATION_CALLS, INTEGRATION_FIXTURES
 
 from lib.pipeline.chapters import Book
 
@@ -40,6 +43,7 @@ def test_bibliography_has_every_paper():
         assert arxiv in bib
 
 
+@pytest.mark.integration
 def test_ruff_clean():
     ruff = Path(sys.executable).parent / "ruff"
     out = subprocess.run([str(ruff), "check", "lib", "kernels", "tests"], cwd=ROOT, text=True,
@@ -103,3 +107,54 @@ def test_prose_tells_no_development_history(ch):
     text = "\n".join(_markdown(ch))
     found = [w for w in DEVELOPMENT_WORDS if re.search(rf"\b{re.escape(w)}\b", text, flags=re.IGNORECASE)]
     assert not found, f"{ch.slug}: development history in the text: {found}"
+
+
+# --- test tiers ---------------------------------------------------------------------------------
+def _marks(decorators: list[ast.expr]) -> set[str]:
+    """The ``pytest.mark.X`` names among decorators or a ``pytestmark`` value's elements."""
+    names = set()
+    for node in decorators:
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Attribute) and sub.value.attr == "mark":
+                names.add(sub.attr)
+    return names
+
+
+def unmarked_integration_tests(source: str) -> list[str]:
+    """The tests in one test module that start a process (a call or fixture named in conftest's
+    INTEGRATION_CALLS / INTEGRATION_FIXTURES) without being marked ``integration``, on the test
+    or in the module's ``pytestmark``."""
+    tree = ast.parse(source)
+    module = set()
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "pytestmark" for t in node.targets):
+            module |= _marks([node.value])
+    calls = {c.rstrip("(") for c in INTEGRATION_CALLS if c.endswith("(")}
+    modules = {c.rstrip(".") for c in INTEGRATION_CALLS if c.endswith(".")}
+    found = []
+    for node in tree.body:
+        if not (isinstance(node, ast.FunctionDef) and node.name.startswith("test_")):
+            continue
+        called = {getattr(n.func, "id", None) or getattr(n.func, "attr", None)
+                  for n in ast.walk(node) if isinstance(n, ast.Call)}
+        used = {n.value.id for n in ast.walk(node) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)}
+        starts = INTEGRATION_FIXTURES & {a.arg for a in node.args.args} or calls & called or modules & used
+        if starts and "integration" not in module | _marks(node.decorator_list):
+            found.append(node.name)
+    return found
+
+
+def test_every_test_that_starts_a_process_is_marked_integration():
+    found = {path.name: unmarked_integration_tests(path.read_text())
+             for path in sorted((ROOT / "tests").glob("test_*.py"))}
+    assert not any(found.values()), {name: tests for name, tests in found.items() if tests}
+
+
+def test_the_tier_check_sees_an_unmarked_test():
+    unmarked = "import pytest\n\ndef test_a(project):\n    pass\n\ndef test_b():\n    companion('list')\n"
+    assert unmarked_integration_tests(unmarked) == ["test_a", "test_b"]
+    marked = "import pytest\n\n@pytest.mark.integration\ndef test_b():\n    companion('list')\n"
+    assert unmarked_integration_tests(marked) == []
+    module = "import pytest\npytestmark = [pytest.mark.slow, pytest.mark.integration]\n\n" \
+             "def test_b():\n    subprocess.run(['ls'])\n\ndef test_c():\n    assert 1 + 1 == 2\n"
+    assert unmarked_integration_tests(module) == []

@@ -113,6 +113,7 @@ def test_a_claim_the_profile_skips_is_not_a_failure_of_seeds():
 # -- the CLI, as a user meets it -----------------------------------------------------------------
 
 @pytest.mark.parametrize("target", ["", ".", "ROOT", "PARENT", "FILE", "USERDIR", "HOME"])
+@pytest.mark.integration
 def test_run_refuses_a_place_the_user_owns_and_leaves_it_byte_for_byte(project, tmp_path, target):
     home = tmp_path / "home"
     (home / "results").mkdir(parents=True)
@@ -128,6 +129,7 @@ def test_run_refuses_a_place_the_user_owns_and_leaves_it_byte_for_byte(project, 
     assert snapshot(paths[target]) == before
 
 
+@pytest.mark.integration
 def test_a_run_replaces_only_its_own_folder(project, tmp_path):
     out_dir = tmp_path / "ch99"
     assert companion("run", SLUG, "--profile", "quick", "--out", str(out_dir), root=project).returncode == 0
@@ -142,6 +144,7 @@ def test_a_run_replaces_only_its_own_folder(project, tmp_path):
     assert (out_dir / "notes.txt").read_text() == "the user's\n"
 
 
+@pytest.mark.integration
 def test_ctrl_c_is_one_line_and_leaves_nothing_behind(project, tmp_path):
     out_dir = tmp_path / "interrupted"
     env = {**os.environ, "COMPANION_ROOT": str(project), "PYTHONPATH": str(project)}
@@ -157,6 +160,7 @@ def test_ctrl_c_is_one_line_and_leaves_nothing_behind(project, tmp_path):
     assert not out_dir.exists() and not list(tmp_path.glob(".*interrupted*"))
 
 
+@pytest.mark.integration
 def test_two_runs_into_one_folder_take_turns(project, tmp_path):
     out_dir = tmp_path / "shared"
     args = ("run", SLUG, "--profile", "quick", "--out", str(out_dir), "-p", "sleep_s", "4")
@@ -189,21 +193,25 @@ def test_two_runs_into_one_folder_take_turns(project, tmp_path):
     (["strip", "missing.ipynb"], "no such file"),
     (["strip", "pyproject.toml"], "not a notebook"),
 ])
+@pytest.mark.integration
 def test_bad_input_is_one_line_and_exit_64(project, args, needle):
     refused(companion(*args, root=project, timeout=120), needle)
 
 
+@pytest.mark.integration
 def test_a_dash_value_is_a_value_and_boundaries_pass(project):
     out = companion("run", SLUG, "-p", "scale", "-2.5", "-p", "seed", "4294967295", "--dry-run", root=project)
     assert out.returncode == 0 and "scale=-2.5" in out.stdout and "seed=4294967295" in out.stdout, out.stderr
 
 
+@pytest.mark.integration
 def test_a_reader_that_stops_early_gets_no_traceback(project):
     out = subprocess.run(f"'{BIN / 'companion'}' list | head -1", shell=True, text=True, capture_output=True,
                          env={**os.environ, "COMPANION_ROOT": str(project), "PYTHONPATH": str(project)})
     assert out.stdout.startswith(SLUG) and out.stderr == "", out.stderr
 
 
+@pytest.mark.integration
 def test_status_names_its_profile(project):
     out = companion("status", "--profile", "quick", root=project)
     assert out.returncode == 0 and out.stdout.startswith("profile quick"), out.stdout
@@ -217,6 +225,7 @@ def papermill(project: Path, out_nb: Path, *args: str) -> subprocess.CompletedPr
                           env={**os.environ, "PYTHONPATH": str(project)}, timeout=300)
 
 
+@pytest.mark.integration
 def test_plain_papermill_records_the_profile_it_honours_and_its_provenance(project, tmp_path):
     params = companion("params", SLUG, "--profile", "quick", root=project)
     (tmp_path / "p.yaml").write_text(params.stdout)
@@ -235,6 +244,7 @@ def test_plain_papermill_records_the_profile_it_honours_and_its_provenance(proje
     assert not (tmp_path / "pm2" / "results.json").exists()
 
 
+@pytest.mark.integration
 def test_plain_papermill_refuses_an_out_dir_the_user_owns(project, tmp_path):
     mine = tmp_path / "mine"
     mine.mkdir()

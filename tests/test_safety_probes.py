@@ -19,6 +19,8 @@ import pytest
 from conftest import BIN, MINE, ROOT, companion, plant, still_there
 from lib.outputs import MARKER, read_manifest
 
+pytestmark = pytest.mark.integration
+
 SLUG = "99-fixture"
 
 

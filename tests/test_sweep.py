@@ -25,6 +25,7 @@ def test_local_and_joblib_agree():
     assert sweep(noisy_square, GRID, seeds=range(3), jobs=2) == local
 
 
+@pytest.mark.integration
 def test_dask_local_cluster_gives_identical_results():
     from distributed import LocalCluster
 
@@ -58,6 +59,7 @@ def worker_environment():
             "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "torch": torch.get_num_threads()}
 
 
+@pytest.mark.integration
 def test_local_cluster_workers_run_one_thread_and_keep_glibcs_adaptive_malloc(monkeypatch):
     """`--scheduler local` workers run one thread each, although the runner exports the
     chapters' thread count (which a worker would inherit, oversubscribing the cores), and do

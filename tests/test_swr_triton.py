@@ -24,6 +24,7 @@ needs_kernel = pytest.mark.skipif(not (INTERPRETING or DEVICE == "cuda"),
 
 
 @pytest.mark.skipif(INTERPRETING, reason="already inside the interpreter run")
+@pytest.mark.integration
 def test_in_interpreter():
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
