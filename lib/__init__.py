@@ -12,8 +12,8 @@ Three layers, which import only downwards (``tests/test_architecture.py`` checks
   :mod:`lib.plotting` (house style, figures, numbers in prose), :mod:`lib.stats` (intervals,
   tests over seeds, fits), :mod:`lib.seeding` (every random draw: the chapter seed and a named
   stream), :mod:`lib.sweep` (grid × seeds, local or on Dask), :mod:`lib.provenance` (commit and
-  environment), and two
-  building blocks two chapters share, :mod:`lib.llama` and :mod:`lib.pcfg`.
+  environment), and the building blocks of more than one model: :mod:`lib.llama` (the decoder
+  blocks chapters 02 and 10 share) and :mod:`lib.pcfg` (chapter 10's grammars).
 - **The pipeline**, :mod:`lib.pipeline` (chapter discovery, papermill runner and cache, seed
   sweeps, book build, the ``companion`` CLI): it runs notebooks and never imports paper code.
 
