@@ -518,3 +518,139 @@ def test_realistic_shortcut_free_uses_its_own_streams():
     assert a == realistic_cell(2, 4, 0, **kw)
     assert a["curve"] == b["curve"] == []
     assert (a["accuracy"], a["pseudo"], a["id_accuracy"]) != (b["accuracy"], b["pseudo"], b["id_accuracy"])
+
+
+# -- the chapter's tables and decision rules (lib.induction.analysis) ----------------------
+def test_spearman_is_one_for_a_monotone_pair_and_nan_for_a_constant_one():
+    import pandas as pd
+    from lib.induction import analysis as A
+    x, y = pd.Series([1.0, 2.0, 3.0, 4.0]), pd.Series([0.1, 0.5, 0.7, 0.9])
+    assert A.spearman(x, y) == pytest.approx(1.0)
+    assert A.spearman(x, -y) == pytest.approx(-1.0)
+    assert np.isnan(A.spearman_if_varies(x, pd.Series([0.5] * 4)))
+    assert A.spearman_if_varies(x, y[::-1].reset_index(drop=True)) == pytest.approx(-1.0)
+
+
+def test_lemma7_distributions_are_distributions_with_one_single_length():
+    from lib.induction import analysis as A
+    dists = A.lemma7_distributions()
+    for d in dists.values():
+        assert np.isclose(np.sum(d.probs), 1.0) and np.all(np.asarray(d.probs) > 0)
+    assert [name for name, d in dists.items() if d.lengths.size == 1] == ["ℓ ≡ 8"]
+    assert dists["Unif{3..15}"].l_min == 3
+
+
+def test_lemma7_summary_on_a_hand_made_table():
+    """Rows measured exactly at the next order have zero error; the single-length row is set
+    apart; the deviations are read from the columns as their definitions say."""
+    import pandas as pd
+    from lib.induction import analysis as A
+    lemma7 = pd.DataFrame({"distribution": ["a", "b", "c"], "N_trg": [2, 2, 2], "single": [False, False, True],
+                           "ℓ_min": [3, 4, 8], "N_trg·R": [1.0, 2.0, 2.0], "Lemma 7": [1.0, 2.0, 2.0],
+                           "next order": [1.1, 2.0, 2.0], "measured": [1.1, 2.2, 2.0],
+                           "standard error": [0.1, 0.1, 0.0]})
+    lemma7["measured / Lemma 7"] = lemma7["measured"] / lemma7["Lemma 7"]
+    lemma7["measured / next order"] = lemma7["measured"] / lemma7["next order"]
+    s = A.lemma7_summary(lemma7, n_vocab=32, n_chunks=8, false_alarm=1e-3)
+    assert list(s["single"]["distribution"]) == ["c"] and list(s["mix"]["distribution"]) == ["a", "b"]
+    assert s["err"] == pytest.approx([0.0, 0.2])
+    assert s["z"] == pytest.approx(2.0)
+    assert s["dev"] == pytest.approx(0.1) and s["dev_next"] == pytest.approx(0.1)
+    assert s["dev_r"] == pytest.approx(0.1) and s["shift"] == pytest.approx(0.1)
+    tol, q = E.lemma7_tolerance([1.1, 2.0], [0.1, 0.1], n_vocab=32, n_trg=np.array([2, 2]),
+                                l_min=np.array([3, 4]), n_chunks=8, n_tests=2, false_alarm=1e-3)
+    assert np.allclose(s["tol"], tol) and s["q"] == q > 0
+
+
+def test_grid_cells_average_seeds_and_attach_the_mechanism():
+    import pandas as pd
+    from lib.induction import analysis as A
+    ood = pd.DataFrame({"n_trg": [4, 4, 4], "l_min": [3, 3, 5], "l_max": [9, 9, 9], "seed": [0, 1, 0],
+                        "R": [0.5, 0.5, 0.25], "accuracy": [1.0, 0.5, 0.0], "pseudo": [0.0, 0.2, 0.9],
+                        "leftmost": [0.0, 0.0, 0.1]})
+    mech = pd.DataFrame({"n_trg": [4, 4], "l_min": [3, 5], "l_max": [9, 9], "accuracy": [0.9, 0.1]})
+    cells = A.grid_cells(ood, mech).set_index("l_min")
+    assert cells.loc[3, "accuracy"] == pytest.approx(0.75) and cells.loc[3, "pseudo"] == pytest.approx(0.1)
+    assert cells.loc[3, "n_trg_R"] == pytest.approx(2.0) and cells.loc[5, "mechanism"] == pytest.approx(0.1)
+    assert "n_trg_R" in ood  # the per-seed column the chapter reads again
+
+
+def test_exact_thresholds_and_their_summary():
+    import pandas as pd
+    from lib.induction import analysis as A
+    thr = A.exact_thresholds([4, 2], 8)
+    assert list(thr.index) == [2, 4]
+    assert np.allclose(thr["N_trg·R_ok"], thr.index * thr["r_ok"])
+    # thresholds exactly c/N_trg: slopes −1, spreads 1, band log 2.5 / log 4
+    exact = pd.DataFrame({"r_ok": [0.5, 0.25, 0.125], "r_fail": [1.0, 0.5, 0.25]}, index=[2, 4, 8])
+    exact["N_trg·R_ok"] = exact.index * exact["r_ok"]
+    exact["N_trg·R_fail"] = exact.index * exact["r_fail"]
+    span, delta, spread, slope = A.threshold_summary(exact, 2.5)
+    assert span == 4.0 and delta == pytest.approx(np.log(2.5) / np.log(4))
+    assert spread == {"R_ok": 1.0, "R_fail": 1.0}
+    assert slope["R_ok"] == pytest.approx(-1.0) and slope["R_fail"] == pytest.approx(-1.0)
+
+
+def test_grid_thresholds_count_a_window_right_only_when_every_seed_is():
+    import pandas as pd
+    from lib.induction import analysis as A
+    from lib.induction import threshold as TT
+    ood = pd.DataFrame({"n_trg": [2] * 4, "l_min": [2, 2, 3, 3], "l_max": [12, 12, 4, 4], "seed": [0, 1, 0, 1],
+                        "R": [0.2, 0.2, 0.6, 0.6], "accuracy": [1.0, 1.0, 1.0, 0.99]})
+    grid_ok, grid_thr = A.grid_thresholds(ood)
+    assert list(grid_ok["ok"]) == [True, False]
+    assert list(grid_ok["exact"]) == [TT.ood_all_right(LengthDist.uniform(2, 12), 2),
+                                      TT.ood_all_right(LengthDist.uniform(3, 4), 2)]
+    assert grid_thr.loc[2, "R_ok (trained)"] == 0.2 and grid_thr.loc[2, "R_fail (trained)"] == 0.6
+    assert grid_thr.loc[2, "windows that differ"] == int(np.sum(grid_ok["ok"] != grid_ok["exact"]))
+
+
+def test_regime_split_and_bounds_follow_each_window():
+    import pandas as pd
+    from lib.induction import analysis as A
+    regime = pd.DataFrame({"n_trg": [4, 2, 2, 4], "n_trg_R": [0.5, 0.7, 1.3, 1.2]})
+    div, nar = A.split_regime(regime, 0.8)
+    assert list(regime["window"]) == ["diverse", "diverse", "narrow", "narrow"]
+    assert list(div["n_trg"]) == [2, 4] and list(nar["n_trg"]) == [2, 4]
+    rule = {"lower_diverse": [0.9, 0.8], "upper_narrow": [0.1, 0.2]}  # in N_trg order, as the rule gives them
+    assert A.regime_bounds(regime, div, nar, rule) == [0.8, 0.9, 0.1, 0.2]
+
+
+def test_realistic_cells_seed_values_and_verdict():
+    import pandas as pd
+    from lib.induction import analysis as A
+    realistic = pd.DataFrame({"l_min": [4, 4, 2, 2], "l_max": [5, 5, 16, 16], "seed": [1, 0, 0, 1],
+                              "R": [0.9, 0.9, 0.2, 0.2], "accuracy": [0.1, 0.3, 1.0, 0.8],
+                              "pseudo": [0.5, 0.7, 0.9, 0.6], "leftmost": [0.0] * 4,
+                              "steps": [10, 20, 30, 40], "id_accuracy": [1.0, 0.99, 1.0, 0.995]})
+    one_layer = pd.DataFrame({"l_min": [4, 2], "l_max": [5, 16], "seed": [0, 0], "accuracy": [0.0, 1.0]})
+    cells = A.realistic_cells(realistic, one_layer)
+    assert list(cells["l_min"]) == [2, 4]  # by R: the most diverse first
+    assert cells.iloc[0]["accuracy"] == pytest.approx(0.9) and cells.iloc[0]["steps"] == 40
+    assert cells.iloc[1]["id_accuracy"] == 0.99 and cells.iloc[1]["one-layer model"] == 0.0
+    assert list(A.seed_values(realistic, cells.iloc[1])) == [0.3, 0.1]
+    assert list(A.seed_values(realistic, cells.iloc[0], "pseudo")) == [0.9, 0.6]
+    assert A.realistic_verdict(detects=True, holds=True, early_stop=False, control_holds=True).endswith("reproduced")
+    assert "not reproduced" in A.realistic_verdict(detects=True, holds=False, early_stop=False, control_holds=True)
+    both = A.realistic_verdict(detects=False, holds=True, early_stop=True, control_holds=False)
+    assert "fixed schedule" in both and "positive control fails" in both
+    assert "fixed schedule" not in A.realistic_verdict(detects=False, holds=True, early_stop=False,
+                                                       control_holds=False)
+
+
+def test_the_ood_heatmaps_draw_one_panel_per_trigger_count():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+    from lib.induction import figures as F
+    cells = pd.DataFrame([{"n_trg": n, "l_min": a, "l_max": b, "accuracy": float(a > 4)}
+                          for n in (4, 8) for a in range(3, 8) for b in range(a + 1, 9)])
+    transition = {4: {"r_star": 0.3}, 8: {"r_star": 0.15}}
+    fig = F.ood_heatmaps(cells, transition, {"r_star": 1.2}, [4, 8], 3, 8)
+    panels = [ax for ax in fig.axes if ax.get_title()]
+    assert [ax.get_title() for ax in panels] == [r"OOD accuracy, $N_{\mathrm{trg}}=4$",
+                                                 r"OOD accuracy, $N_{\mathrm{trg}}=8$"]
+    image = panels[0].get_images()[0].get_array()
+    assert image.shape == (6, 6) and image[0, 1] == 0.0 and image[2, 3] == 1.0  # rows ℓ_min − 3, columns ℓ_max − 3
+    plt.close("all")

@@ -8,6 +8,8 @@
   matrix with hard attention, and the threshold statistic over every window.
 - :mod:`.realistic`: the 3-layer transformer of the paper's Fig. 4, trained with AdamW.
 - :mod:`.experiments`: the grids the chapter sweeps (one cell = train, then test).
+- :mod:`.analysis`: the tables and decision rules the chapter reads off the sweeps.
+- :mod:`.figures`: the chapter's own figure types (``W_KQ`` and grid heatmaps).
 """
 
 from lib.induction.data import LengthDist, sample_ood, sample_sequences, sample_train

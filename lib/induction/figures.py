@@ -1,10 +1,14 @@
-"""The chapter's two figure types that the shared :mod:`lib.plotting` does not cover: a
-``W_KQ`` heatmap with its feature blocks marked, and an ``(ℓ_min, ℓ_max)`` grid heatmap."""
+"""The chapter's figure types that the shared :mod:`lib.plotting` does not cover: a ``W_KQ``
+heatmap with its feature blocks marked, an ``(ℓ_min, ℓ_max)`` grid heatmap, and the OOD grid's
+panels built from it. (Nothing here imports :mod:`lib.plotting`: only the notebook's façades
+may, see :mod:`lib.digests`.)"""
 
 from __future__ import annotations
 
+import matplotlib.pyplot as plt
 import numpy as np
 
+from lib.induction import experiments as E
 from lib.induction.one_layer import Embedding
 
 BLOCK_NAMES = {"position": "$p$", "token": "$e_{z_t}$", "previous": "$e_{z_{t-1}}$"}
@@ -84,3 +88,27 @@ def log_axis(axis, ticks):
     axis.set_major_locator(FixedLocator(ticks))
     axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     axis.set_minor_formatter(NullFormatter())
+
+
+def ood_heatmaps(cells, transition: dict, pooled: dict, panel_trg: list, l_lo: int, l_hi: int):
+    """OOD accuracy over the (ℓ_min, ℓ_max) grid, one panel per trigger count in ``panel_trg``,
+    with the pooled fit's contour N_trg·R = c and the panel's own fit R = R*."""
+    from matplotlib.lines import Line2D
+
+    fig, axes = plt.subplots(len(panel_trg), 1, figsize=(5.4, 4.4 * len(panel_trg)),
+                             layout="constrained", squeeze=False)
+    for ax, n_trg in zip(axes[:, 0], panel_trg):
+        values = grid_array(cells[cells.n_trg == n_trg].to_dict("records"), "accuracy", l_lo, l_hi)
+        nr = E.ratio_grid(n_trg, l_lo, l_hi)
+        im = grid_heatmap(ax, values, l_lo, rf"OOD accuracy, $N_{{\mathrm{{trg}}}}={n_trg}$",
+                          contour=nr, level=pooled["r_star"])
+        grid_contour(ax, nr, l_lo, n_trg * transition[n_trg]["r_star"], color="white", linestyle=":")
+        ax.set_facecolor("0.85")
+        ax.legend(handles=[Line2D([], [], color="black", linestyle="--",
+                                  label=r"one constant: $N_{\mathrm{trg}}R = c$ (pooled fit)"),
+                           Line2D([], [], color="white", linestyle=":",
+                                  label=r"this panel's fit: $R = R^*$")],
+                  loc="upper left", facecolor="0.6", framealpha=1.0, frameon=True, fontsize=9)
+    fig.colorbar(im, ax=axes, shrink=0.85, label="OOD accuracy (mean over seeds)")
+    return fig
+
