@@ -456,3 +456,79 @@ def test_sign_test_detectable_is_the_exact_binomial_80_percent_point():
     assert stats.binom.sf(need - 1, trials, q) == pytest.approx(0.8, abs=1e-4)
     assert q > need / trials - 1e-9 or q > 0.9
     assert L.sign_test_detectable(3, 1e-6) == 1.0             # no share of 3 trials reaches 1e-6
+
+
+def test_step_convergence_is_the_runs_one_by_one(tiny):
+    """The step-size study returns, per method and step, the identity error of that single run,
+    and for gradient descent the relative residuals after S₂ and after S₂ + S₃ (by hand here)."""
+    conv, resid, resid3 = L.step_convergence(tiny, 16, 4.0, (0.4, 0.2), (0.4,), beta=10.0, root=6)
+    assert list(conv) == ["euler", "rk4"] and len(conv["euler"]) == 2 and len(conv["rk4"]) == 1
+    for h, err, r2, r3 in zip((0.4, 0.2), conv["euler"], resid, resid3):
+        traj = L.gradient_flow(tiny, 16, T=4.0, step=h, method="euler", root=6, kernels=True,
+                               taylor_order=3, remainder_nodes=0)
+        km = L.kernel_machine(traj, tiny)
+        assert err == L.identity_error(km)
+        gap, (S2, S3) = km["network"] - km["machine"], traj.extras["taylor"]
+        scale = np.abs(km["initial"] - km["network"]).max()
+        assert r2 == pytest.approx(np.abs(gap - S2).max() / scale, rel=1e-12)
+        assert r3 == pytest.approx(np.abs(gap - S2 - S3).max() / scale, rel=1e-12)
+    rk = L.gradient_flow(tiny, 16, T=4.0, step=0.4, method="rk4", root=6, kernels=True)
+    assert conv["rk4"][0] == L.identity_error(L.kernel_machine(rk, tiny))
+    assert conv["euler"][1] < conv["euler"][0] and resid3[1] < resid[1]
+
+
+def _runs_frame():
+    import pandas as pd
+    columns = ["sweep", "width", "noise", "seed", "gap", "lpk_bound", "lpk_term"]
+    rows = [  # the noise sweep and the width sweep share (width 8, noise 0.2, seed 0)
+        ("noise, digits", 8, 0.0, 0, 0.1, 0.5, 0.3),
+        ("noise, digits", 8, 0.0, 1, 0.3, 0.6, 0.2),
+        ("noise, digits", 8, 0.2, 0, 0.4, 0.7, 0.8),
+        ("noise, digits", 8, 0.2, 1, 0.0, 0.9, 0.4),
+        ("width, digits", 8, 0.2, 0, 0.4, 0.7, 0.8),
+        ("width, digits", 4, 0.2, 0, 0.5, 0.2, 0.1),
+    ]
+    return pd.DataFrame(rows, columns=columns).assign(dataset="digits", n=10)
+
+
+def test_unique_runs_values_by_level_and_median_ratio():
+    runs = _runs_frame()
+    unique = L.unique_runs(runs)
+    assert len(unique) == 5 and list(unique.index) == [0, 1, 2, 3, 5]   # the shared run kept once, first
+    noise = runs[runs.sweep == "noise, digits"]
+    np.testing.assert_array_equal(L.values_by_level(noise, "noise", "gap"), [[0.1, 0.3], [0.4, 0.0]])
+    # term / gap where gap > 0 in the noise sweep: 3, 2/3, 2 → median 2
+    assert L.median_positive_ratio(noise.lpk_term, noise.gap) == pytest.approx(2.0)
+
+
+def test_bound_above_gap_text_names_the_worst_run():
+    runs = _runs_frame()
+    axis_of = {"noise, digits": "noise", "width, digits": "width"}
+    text = L.bound_above_gap_text(L.unique_runs(runs), axis_of)
+    assert text.startswith("the bound is below the measured gap in 1 of the 5 runs, by up to 0.300")
+    assert "(on the digits at width 4); in the other 4 it is at least the gap" in text
+    above = L.unique_runs(runs)[lambda u: u.width == 8]
+    assert L.bound_above_gap_text(above, axis_of) == (
+        "the bound is at least the measured gap in all 4 runs (smallest bound − gap 0.300)")
+
+
+def test_bound_over_gap_by_n_and_its_summary_by_hand():
+    import pandas as pd
+    runs = pd.DataFrame([
+        dict(sweep="n, digits", n=50, gap=0.5, lpk_bound=1.0),
+        dict(sweep="n, digits", n=50, gap=0.25, lpk_bound=2.0),    # ratios 2 and 8: geometric mean 4
+        dict(sweep="n, digits", n=100, gap=0.0, lpk_bound=4.0),    # no positive gap: no ratio
+        dict(sweep="n, digits", n=100, gap=0.5, lpk_bound=0.5),    # ratio 1
+        dict(sweep="n, digits", n=200, gap=0.0, lpk_bound=0.1),
+    ])
+    by_n = L.bound_over_gap_by_n(runs, ["n, digits"], loss_cap=3.0)
+    assert by_n.n.tolist() == [50, 100, 200] and by_n.runs.tolist() == [2, 2, 1]
+    assert by_n.non_vacuous.tolist() == [2, 1, 1]                   # the bound 4 is ≥ M = 3
+    np.testing.assert_allclose(by_n.ratio[0], [2.0, 8.0])
+    assert len(by_n.ratio[2]) == 0
+    means = L.geometric_means(by_n.ratio)
+    assert means[0] == pytest.approx(4.0) and means[1] == pytest.approx(1.0) and np.isnan(means[2])
+    ratio_by_n, slope, share = L.by_n_summary(by_n, ["n, digits"])
+    assert ratio_by_n["n, digits, n=50"] == pytest.approx(4.0) and ratio_by_n["n, digits, n=200"] is None
+    assert slope["n, digits"] == pytest.approx(-2.0)               # 4 → 1 as n doubles: slope log 4 / log 2
+    np.testing.assert_allclose(share["n, digits"], [1.0, 0.5, 1.0])

@@ -20,7 +20,10 @@ identity ℓ(w_T, z) = ℓ(w_0, z) − (1/n) Σ_i K_T(z, z_i).
 - :mod:`.bounds`: the kernel-machine identity, the Taylor report, the LPK and static bounds, and
   the 2023 predecessor's computable bound.
 - :mod:`.ranks`: Kendall and Spearman rank correlations, the exact within-level Kendall test.
-- :mod:`.experiments`: one sweep point (:func:`run`) and the chapter's grids (:func:`run_sweeps`).
+- :mod:`.experiments`: one sweep point (:func:`run`), the chapter's grids (:func:`run_sweeps`) and
+  the step-size study of the identity (:func:`step_convergence`).
+- :mod:`.summary`: the sweeps' runs as the chapter's tables and numbers (each run once, values per
+  level, the bound over the gap against n).
 - :mod:`.bench`: the gradient flow's earlier implementation beside the current one, timed
   (``python -m lib.lpk.bench``).
 """
@@ -29,7 +32,7 @@ from lib.lpk.batch import gradient_flow_batch
 from lib.lpk.bounds import (arora_complexity, bound_report, chen2023_bound, confidence_term, identity_error,
                             kernel_machine, lpk_bound_over_time, lpk_complexity, taylor_report, violation_ceiling)
 from lib.lpk.data import digits_1v7, gaussian_mixture
-from lib.lpk.experiments import run, run_sweeps
+from lib.lpk.experiments import run, run_sweeps, step_convergence
 from lib.lpk.flow import Trajectory, brute_force_lpk, gradient_flow
 from lib.lpk.network import (DTYPE, directional_derivatives, directional_derivatives_torch_func, features_gram, forward,
                              full_gradient, gradient_and_tangent, init_params, logistic_slope, loss_grad_gram,
@@ -37,6 +40,8 @@ from lib.lpk.network import (DTYPE, directional_derivatives, directional_derivat
 from lib.lpk.ranks import (kendall_detectable, kendall_power, kendall_s, kendall_s_null, kendall_tau, kendall_test,
                            one_sided_z, partial_kendall, sign_test, sign_test_detectable, spearman_rho,
                            stratified_kendall)
+from lib.lpk.summary import (bound_above_gap_text, bound_over_gap_by_n, by_n_summary, geometric_means,
+                             median_positive_ratio, unique_runs, values_by_level)
 
 __all__ = ["gradient_flow_batch", "chen2023_bound", "gradient_and_tangent", "bound_report", "confidence_term",
            "identity_error", "kernel_machine", "lpk_bound_over_time",
@@ -47,4 +52,5 @@ __all__ = ["gradient_flow_batch", "chen2023_bound", "gradient_and_tangent", "bou
            "per_sample_sq_norms", "slopes_and_features", "kendall_s", "kendall_s_null",
            "kendall_tau", "partial_kendall", "spearman_rho", "stratified_kendall", "kendall_test", "sign_test",
            "arora_complexity", "violation_ceiling", "one_sided_z", "kendall_power", "kendall_detectable",
-           "sign_test_detectable"]
+           "sign_test_detectable", "step_convergence", "bound_above_gap_text", "bound_over_gap_by_n",
+           "by_n_summary", "geometric_means", "median_positive_ratio", "unique_runs", "values_by_level"]
