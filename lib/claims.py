@@ -66,6 +66,7 @@ in :mod:`lib.render`, which formats and never computes a number.
 from __future__ import annotations
 
 import math
+import operator
 import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -259,6 +260,70 @@ def _text(name: str, value: Any, id: str) -> str | None:
     return value
 
 
+def _refuse_a_malformed_claim(id: str, kind: str, source, alternative, control, no_control, power,
+                              declared) -> None:
+    """The claim model's rules: which kinds take which fields (a ValueError names the rule)."""
+    if kind not in KINDS:
+        raise ValueError(f"claim {id!r}: kind must be one of {KINDS}, got {kind!r}")
+    if source is not None and source not in SOURCES:
+        raise ValueError(f"claim {id!r}: source must be one of {SOURCES}, got {source!r}")
+    if kind != "theorem" and (source is not None or alternative is not None or control is not None
+                              or no_control is not None):
+        raise ValueError(f"claim {id!r}: only theorem claims take a source, an alternative and a control")
+    if control is not None and no_control is not None:
+        raise ValueError(f"claim {id!r}: a control, or no_control saying why none exists, not both")
+    if kind == "empirical" and power is None:
+        raise ValueError(f"claim {id!r}: an empirical claim needs power=Power(...): "
+                         "what the experiment could detect")
+    if kind != "empirical" and power is not None:
+        raise ValueError(f"claim {id!r}: only empirical claims take a power")
+    if kind == "empirical" and declared is not None:
+        raise ValueError(f"claim {id!r}: an empirical claim is reported either way; only theorem and check "
+                         "claims are declared to fail")
+    if power is not None and not isinstance(power, Power):
+        raise ValueError(f"claim {id!r}: power must be a Power(statement, ...)")
+
+
+def _probability(id: str, false_alarm: Any) -> float | None:
+    """A recorded false-alarm rate, checked to be a probability."""
+    if false_alarm is None:
+        return None
+    if (isinstance(false_alarm, (bool, np.bool_)) or not isinstance(false_alarm, (int, float, np.number))
+            or not _finite(false_alarm) or not 0 <= float(false_alarm) <= 1):
+        raise ValueError(f"claim {id!r}: false_alarm must be a probability, got {false_alarm!r}")
+    return float(false_alarm)
+
+
+def _judged_alternative(id: str, alternative: Alternative | tuple | None,
+                        rejects: Callable[[Any], bool] | None) -> dict | None:
+    """The rival as recorded, rejected as given or by the helper's own rule."""
+    if alternative is None:
+        return None
+    if not isinstance(alternative, Alternative):
+        alternative = Alternative(*alternative)
+    rejected = alternative.rejected
+    if rejected is None:
+        if rejects is None:
+            raise ValueError(f"claim {id!r}: record() needs Alternative(..., rejected=...)")
+        rejected = rejects(alternative.prediction)
+    return {"statement": alternative.statement, "prediction": to_jsonable(alternative.prediction),
+            "rejected": bool(rejected)}
+
+
+def _judged_control(id: str, control: Control | None, rule: Callable[[Any], bool] | None) -> dict | None:
+    """The negative control as recorded, judged as given or by the claim's own rule."""
+    if control is None:
+        return None
+    if not isinstance(control, Control):
+        raise ValueError(f"claim {id!r}: control must be a Control(statement, value, holds=None)")
+    passed = control.holds
+    if passed is None:
+        if rule is None:
+            raise ValueError(f"claim {id!r}: record() needs Control(..., holds=...)")
+        passed = rule(control.value)
+    return {"statement": control.statement, "value": to_jsonable(control.value), "holds": bool(passed)}
+
+
 class Claims:
     """The claims of one chapter run."""
 
@@ -293,61 +358,18 @@ class Claims:
                 rejects: Callable[[Any], bool] | None = None) -> Claim:
         """``record`` with the helper's own rule: ``rule(value)`` (does a value pass?) for judging
         a control, ``rejects(prediction)`` for judging an alternative."""
-        if kind not in KINDS:
-            raise ValueError(f"claim {id!r}: kind must be one of {KINDS}, got {kind!r}")
+        _refuse_a_malformed_claim(id, kind, source, alternative, control, no_control, power, declared)
         if any(c.id == id for c in self.claims):
             raise ValueError(f"claim {id!r} recorded twice")
-        if source is not None and source not in SOURCES:
-            raise ValueError(f"claim {id!r}: source must be one of {SOURCES}, got {source!r}")
-        if kind != "theorem" and (source is not None or alternative is not None or control is not None
-                                  or no_control is not None):
-            raise ValueError(f"claim {id!r}: only theorem claims take a source, an alternative and a control")
-        if control is not None and no_control is not None:
-            raise ValueError(f"claim {id!r}: a control, or no_control saying why none exists, not both")
-        if kind == "empirical" and power is None:
-            raise ValueError(f"claim {id!r}: an empirical claim needs power=Power(...): "
-                             "what the experiment could detect")
-        if kind != "empirical" and power is not None:
-            raise ValueError(f"claim {id!r}: only empirical claims take a power")
-        if kind == "empirical" and declared is not None:
-            raise ValueError(f"claim {id!r}: an empirical claim is reported either way; only theorem and check "
-                             "claims are declared to fail")
-        if power is not None and not isinstance(power, Power):
-            raise ValueError(f"claim {id!r}: power must be a Power(statement, ...)")
-        if false_alarm is not None:
-            if (isinstance(false_alarm, (bool, np.bool_)) or not isinstance(false_alarm, (int, float, np.number))
-                    or not _finite(false_alarm) or not 0 <= float(false_alarm) <= 1):
-                raise ValueError(f"claim {id!r}: false_alarm must be a probability, got {false_alarm!r}")
-            false_alarm = float(false_alarm)
-        no_control = _text("no_control", no_control, id)
-        declared = _text("declared", declared, id)
-        alt = None
-        if alternative is not None:
-            if not isinstance(alternative, Alternative):
-                alternative = Alternative(*alternative)
-            rejected = alternative.rejected
-            if rejected is None:
-                if rejects is None:
-                    raise ValueError(f"claim {id!r}: record() needs Alternative(..., rejected=...)")
-                rejected = rejects(alternative.prediction)
-            alt = {"statement": alternative.statement, "prediction": to_jsonable(alternative.prediction),
-                   "rejected": bool(rejected)}
-        ctl = None
-        if control is not None:
-            if not isinstance(control, Control):
-                raise ValueError(f"claim {id!r}: control must be a Control(statement, value, holds=None)")
-            passed = control.holds
-            if passed is None:
-                if rule is None:
-                    raise ValueError(f"claim {id!r}: record() needs Control(..., holds=...)")
-                passed = rule(control.value)
-            ctl = {"statement": control.statement, "value": to_jsonable(control.value), "holds": bool(passed)}
         skipped = self.profile == "quick" and not quick
         claim = Claim(id=id, kind=kind, statement=statement, theory=to_jsonable(theory),
                       simulation=to_jsonable(simulation), tolerance=tolerance,
-                      holds=None if skipped else bool(holds), quick=quick, source=source, alternative=alt,
-                      power=None if power is None else power.record(), false_alarm=false_alarm,
-                      control=None if skipped else ctl, no_control=no_control, declared=declared)
+                      holds=None if skipped else bool(holds), quick=quick, source=source,
+                      alternative=_judged_alternative(id, alternative, rejects),
+                      power=None if power is None else power.record(),
+                      false_alarm=_probability(id, false_alarm),
+                      control=None if skipped else _judged_control(id, control, rule),
+                      no_control=_text("no_control", no_control, id), declared=_text("declared", declared, id))
         self.claims.append(claim)
         return claim
 
@@ -390,23 +412,28 @@ class Claims:
     def at_most(self, id: str, statement: str, *, value: float, bound: float,
                 tolerance: str | None = None, **kw) -> Claim:
         """value ≤ bound. ``theory`` is the bound, ``simulation`` the value."""
-        def ok(v):
-            return _finite(v, bound) and v <= bound
-
-        # a rival whose own prediction passes the rule cannot be told apart by it
-        return self._record(id, statement, theory=bound, simulation=value, holds=ok(value),
-                            tolerance=tolerance or f"simulation ≤ {format_value(float(bound))}", rule=ok,
-                            rejects=lambda p: _finite(value, p) and value < p and not ok(p), **kw)
+        return self._one_sided(id, statement, value, bound, "≤", tolerance, **kw)
 
     def at_least(self, id: str, statement: str, *, value: float, bound: float,
                  tolerance: str | None = None, **kw) -> Claim:
         """value ≥ bound."""
+        return self._one_sided(id, statement, value, bound, "≥", tolerance, **kw)
+
+    def _one_sided(self, id: str, statement: str, value: float, bound: float, side: str,
+                   tolerance: str | None, **kw) -> Claim:
+        passes = operator.le if side == "≤" else operator.ge
+
         def ok(v):
-            return _finite(v, bound) and v >= bound
+            return _finite(v, bound) and passes(v, bound)
+
+        # a rival whose own prediction passes the rule cannot be told apart by it; one that
+        # predicts a value beyond ours on the rule's side is rejected
+        def rejects(p):
+            return _finite(value, p) and value != p and passes(value, p) and not ok(p)
 
         return self._record(id, statement, theory=bound, simulation=value, holds=ok(value),
-                            tolerance=tolerance or f"simulation ≥ {format_value(float(bound))}", rule=ok,
-                            rejects=lambda p: _finite(value, p) and value > p and not ok(p), **kw)
+                            tolerance=tolerance or f"simulation {side} {format_value(float(bound))}", rule=ok,
+                            rejects=rejects, **kw)
 
     def within(self, id: str, statement: str, *, value: float, low: float, high: float,
                tolerance: str | None = None, **kw) -> Claim:
