@@ -638,3 +638,225 @@ def test_oracle_ceiling_is_what_the_configuration_means_can_gain():
     # the design takes it as its ceiling
     d = gap_design({"se": 0.05, "rho_b": rho_b, "undefined": []}, 5e-4, 3, ceiling=res["ceiling"])
     assert d["ceiling"] == pytest.approx(res["ceiling"])
+
+
+# -- the chapter's reports: tables, words and power statements (lib.ess.report), figures ------------------------
+
+
+def test_factored_error_is_the_largest_relative_difference_from_the_dense_spectrum():
+    rng = np.random.default_rng(0)
+    T, factors = O.gla_operator(rng, 12, d_k=3, channels=2)
+    dense = S.hankel_singular_values(T)
+    assert S.factored_error(factors, dense) < 1e-10
+    # every dense singular value doubled: |s − 2s| / (2 σ_1) is largest, 1/2, at σ_1 itself
+    assert S.factored_error(factors, [2 * d for d in dense]) == pytest.approx(0.5)
+
+
+def test_spearman_is_scipys_with_ties_and_nan_for_a_constant():
+    from lib.ess.analysis import spearman
+
+    x, y = [1.0, 2.0, 2.0, 5.0, 3.0], [0.1, 0.4, 0.3, 0.9, 0.2]
+    assert spearman(x, y) == pytest.approx(stats.spearmanr(x, y).statistic)
+    assert spearman(x, [3 * v + 1 for v in x]) == pytest.approx(1.0)
+    with pytest.warns(stats.ConstantInputWarning):
+        assert np.isnan(spearman(x, [1.0] * 5))
+
+
+def test_mqar_table_orders_the_models_and_gives_ess_and_tss_per_pair():
+    from lib.ess.report import mqar_table
+
+    def model(n_pairs, seed, ess):
+        return {"n_pairs": n_pairs, "seed": seed, "ess_tol_0.01": ess, "tss": 8.0, "accuracy": 0.5}
+
+    points = [{"mixer": "gla", "d_k": 2, "models": [model(8, 1, 4.0), model(4, 0, 2.0)]},
+              {"mixer": "softmax", "d_k": 4, "models": [model(4, 0, 6.0)]},
+              {"mixer": "gla", "d_k": 2, "models": [model(4, 1, 3.0)]}]
+    df = mqar_table(points, ["softmax", "gla"], [2, 4], [4, 8], "ess_tol_0.01")
+    assert list(zip(df.mixer, df.n_pairs, df.seed)) == [("softmax", 4, 0), ("gla", 4, 0), ("gla", 4, 1),
+                                                        ("gla", 8, 1)]
+    assert df.ess.tolist() == [6.0, 2.0, 3.0, 4.0]
+    assert df.ess_per_kv.tolist() == [1.5, 0.5, 0.75, 0.5] and df.tss_per_kv.tolist() == [2.0, 2.0, 2.0, 1.0]
+
+
+def test_regulariser_table_means_and_spread_by_hand():
+    from lib.ess.report import accuracy_spread, regulariser_means, regulariser_table
+
+    def model(acc, ess):
+        return {"n_pairs": 8, "seed": 0, "accuracy": acc, "ess_tol_0.01": ess, "mean_gate": 0.9}
+
+    points = [{"reg": 1.0, "models": [model(0.5, 2.0), model(0.9, 4.0)]},
+              {"reg": 0.0, "models": [model(0.6, 6.0), model(0.7, 8.0)]}]
+    df = regulariser_table(points, "ess_tol_0.01")
+    assert "n_pairs" not in df and df["lambda"].tolist() == [1.0, 1.0, 0.0, 0.0]
+    assert df.ess.tolist() == [2.0, 4.0, 6.0, 8.0]
+    means = regulariser_means(df)
+    assert means.index.tolist() == [0.0, 1.0]                # increasing λ, whatever the sweep's order
+    assert means["accuracy"].tolist() == pytest.approx([0.65, 0.7]) and means["ess"].tolist() == [7.0, 3.0]
+    assert accuracy_spread(df) == pytest.approx(0.4)          # λ = 1: 0.9 − 0.5
+
+
+def test_utilisation_is_the_mean_share_of_the_state_without_softmax():
+    import pandas as pd
+
+    from lib.ess.report import utilisation
+
+    df = pd.DataFrame({"mixer": ["softmax", "gla", "gla", "conv"], "ess": [30.0, 2.0, 4.0, 1.0],
+                       "tss": [10.0, 8.0, 8.0, 4.0]})
+    u = utilisation(df)
+    assert sorted(u.index) == ["conv", "gla"]
+    assert u["gla"] == pytest.approx((0.25 + 0.5) / 2) and u["conv"] == pytest.approx(0.25)
+
+
+def test_ranking_joins_means_equal_to_three_decimals():
+    import pandas as pd
+
+    from lib.ess.report import ranking
+
+    assert ranking({"a": 0.5, "b": 0.9, "c": 0.5004}) == "b > a = c"
+    assert ranking({"c": 0.5004, "a": 0.5, "b": 0.9}) == "b > c = a"      # ties keep the given order
+    assert ranking(pd.Series([0.1, 0.2, 0.3], index=["x", "y", "z"])) == "z > y > x"
+    assert ranking({"only": 1.0}) == "only"
+
+
+def test_family_rhos_say_why_a_family_has_none():
+    from lib.ess.report import family_rhos
+
+    fam = {"rho_a": {"linear": 0.5, "softmax": np.nan, "gla": np.nan},
+           "rho_b": {"linear": 0.25, "softmax": np.nan, "gla": np.nan}, "undefined": ["softmax", "gla"]}
+    accuracy = [1.0, 1.0, 0.3, 0.4, 0.2, 0.6]
+    family = ["softmax", "softmax", "linear", "linear", "gla", "gla"]
+    assert family_rhos(fam, accuracy, family, ["softmax", "linear", "gla"]) == (
+        "softmax: undefined (all its models reach the same accuracy, 1.00); linear: 0.50 against 0.25; "
+        "gla: undefined (a constant measure)")
+
+
+def test_directions_and_where_the_effect_lies():
+    from lib.ess.report import direction, effect_position
+
+    assert direction(0.4, 0.3) == "the paper's direction"
+    assert direction(0.3, 0.3) == direction(0.2, 0.3) == "against the paper's direction"
+    assert effect_position(0.3, 0.1, 0.5) == effect_position(0.3, 0.3, 0.3) == "lies inside"
+    assert effect_position(0.3, -0.2, 0.1) == "lies above"
+    assert effect_position(0.3, 0.4, 0.6) == "lies below"
+
+
+def test_ceiling_and_pooled_texts_by_hand():
+    from lib.ess.report import ceiling_text, pooled_text
+
+    oracle = {"per_family": {"softmax": 0.0, "gla": 0.21}, "rho_oracle": {"softmax": 0.99, "gla": 0.6},
+              "saturated": ["softmax"]}
+    text = ceiling_text(oracle, {"softmax": 0.5, "gla": 0.39, "linear": 0.1}, ["softmax", "linear", "gla"])
+    assert text == ("softmax: 0.00 (saturated: at least half its models reach accuracy 0.975, the oracle's ρ 0.99 "
+                    "ranks near-ties); gla: 0.21 (oracle ρ 0.60 against ρ_TSS 0.39)")
+    boot = {"rho_a": 0.28, "rho_b": 0.4, "gap_low": -0.21, "gap_high": -0.03, "p_a_better": 0.005}
+    assert pooled_text(boot, 126) == ("Pooled over the 126 models of every mixer, ρ_ESS = 0.28 against ρ_TSS = 0.40 "
+                                      "(gap interval [-0.21, -0.03], positive in 0.5% of resamples: against the "
+                                      "paper's direction).")
+
+
+def test_accuracy_power_states_the_design_and_detects_only_within_it():
+    from lib.ess.analysis import FAR_BETTER_GAP
+    from lib.ess.report import accuracy_power
+
+    fam = {"rho_b": {"softmax": np.nan, "linear": 0.3, "gla": 0.5}, "undefined": ["softmax"]}
+    families = ["softmax", "linear", "gla"]
+    kw = dict(families=families, n_models=54, alpha=5e-4, pooled="Pooled.")
+    weak = {"defined": True, "se": 0.1, "detectable": 0.42, "ceiling": 0.11, "effect": FAR_BETTER_GAP,
+            "seeds_needed": 6}
+    p = accuracy_power(fam, weak, "linear: 0.10", n_layers=1, steps=200, **kw)
+    assert not p.detects and p.detectable == 0.42 and p.ceiling == 0.11 and p.effect == FAR_BETTER_GAP
+    assert p.statement.startswith("54 models of 3 families (softmax, linear, gla); left out as undefined")
+    assert "about 6 seeds per configuration" in p.statement and "ρ_TSS = 0.30 (linear), 0.50 (gla)" in p.statement
+    assert "short of the paper's" in p.statement and p.statement.endswith(" Pooled.")
+    strong = {**weak, "detectable": 0.2, "ceiling": 0.6}
+    p = accuracy_power(fam, strong, "linear: 0.60", n_layers=2, steps=2000, **kw)
+    assert p.detects and "seeds per configuration" not in p.statement and "the paper's regime" in p.statement
+    p = accuracy_power({"rho_b": {}, "undefined": families}, {"defined": False}, "", n_layers=1, steps=200, **kw)
+    assert p.control is False and not p.detects and "No family has a defined correlation" in p.statement
+
+
+def _delimiter_result(unresolved, resolved, below):
+    return {"unresolved": np.array(unresolved, dtype=int), "resolved": np.array(resolved, dtype=int),
+            "means": {"drop": np.array([0.5, 0.4, 0.01])}, "p": {"drop": np.array([1e-6, 1e-5, 0.3])},
+            "drop_upper": np.array([0.6, 0.5, 0.05]), "smallest_resolved": 0.4, "below_resolved": below}
+
+
+def test_unresolved_text_says_which_replicates_and_what_that_means():
+    from lib.ess.report import unresolved_text
+
+    acc = np.array([0.9, 0.8, 0.95])
+    assert unresolved_text(_delimiter_result([], [0, 1, 2], False), 3, acc, 5e-4) == (
+        "every replicate's own drop is resolved")
+    text = unresolved_text(_delimiter_result([2], [0, 1], True), 3, acc, 5e-4)
+    assert text == ("1 of 3 replicates does not resolve its own drop: mean drop 0.01 (p = 0.3, upper 5e-04 bound "
+                    "0.05, accuracy 0.95), below the smallest drop of a replicate that resolves one (0.40): this "
+                    "training run solves the task without resetting, so the test's power is not what fails")
+    assert unresolved_text(_delimiter_result([2], [0, 1], False), 3, acc, 5e-4).endswith("does not decide the claim")
+    text = unresolved_text(_delimiter_result([0, 1, 2], [], False), 3, acc, 5e-4)
+    assert text.startswith("3 of 3 replicates do not resolve their own drop") and text.endswith(
+        "; no replicate resolves a drop")
+
+
+def test_delimiter_reading_names_the_tests_some_seed_misses():
+    from lib.ess.report import delimiter_reading
+
+    ok = {"drop": np.array([1e-5, 1e-6]), "control": np.array([1e-5, 1e-6]), "linear": np.array([1e-5, 1e-6])}
+    assert delimiter_reading(ok, 5e-4).startswith("on every seed the delimiter-trained GLA's entropy-ESS falls")
+    assert delimiter_reading({**ok, "control": np.array([1e-5, 0.2])}, 5e-4) == (
+        "not every seed resolves the margin over the length-matched control")
+    assert delimiter_reading({**ok, "drop": np.array([0.1, 0.1]), "linear": np.array([1.0, 1e-6])}, 5e-4) == (
+        "not every seed resolves its own drop and the margin over linear attention")
+
+
+def test_delimiter_power_counts_the_control_only_when_the_run_decides():
+    from lib.ess.analysis import delimiter_test
+    from lib.ess.report import delimiter_power
+
+    rng = np.random.default_rng(1)
+    noise = rng.normal(scale=0.1, size=(3, 40))
+    flat = rng.normal(scale=0.1, size=(3, 40))
+    reset = 2.0 + noise
+    acc = {arm: np.array([0.5, 0.6, 0.7]) for arm in ("delimited", "control", "linear")}
+    dt = delimiter_test(0.5 + noise, {"control": flat, "linear": flat}, reset, 1e-3)
+    p = delimiter_power(dt, reset, acc, "every replicate's own drop is resolved", alpha=1e-3, eval_length=50)
+    assert p.control is True and p.detects and "(every replicate's own drop is resolved)" in p.statement
+    assert f"mean entropy drop {reset.mean():.2f}" in p.statement and "measured at 50 tokens" in p.statement
+    assert p.value["unresolved_replicates"] == [] and p.value["decided"]
+    # a replicate with a drop as large as another's resolved one cannot be excluded: the run decides nothing
+    undecided = {**dt, "decided": False, "unresolved": np.array([2])}
+    p = delimiter_power(undecided, reset, acc, "...", alpha=1e-3, eval_length=50)
+    assert p.control is False and not p.detects and p.value["unresolved_drop_upper"] == [dt["drop_upper"][2]]
+
+
+def test_the_chapters_figures_draw_every_model():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from lib.ess import figures as F
+
+    df = pd.DataFrame({"mixer": ["softmax", "gla", "gla"], "ess_per_kv": [1.0, 0.5, 0.25],
+                       "tss_per_kv": [2.0, 1.0, 1.0], "accuracy": [0.9, 0.5, 0.4]})
+    fig = F.accuracy_vs_ess(df, ["softmax", "gla"])
+    assert [ax.get_xscale() for ax in fig.axes] == ["log", "log"]
+    assert sum(len(line.get_xdata()) for line in fig.axes[0].lines) == 3
+    plt.close(fig)
+
+    L = 20
+    run = {"entropy_profile": np.ones(L), "reset_entropy_profile": np.ones(L), "gate_profile": np.ones(L),
+           "delimiters": np.array([6, 13])}
+    runs = {arm: [run, run] for arm in ("delimited", "control", "linear")}
+    fig = F.delimiter_profiles(runs, 4, L)
+    top, bottom = fig.axes[:2]
+    # 4 curves × (2 replicates + their mean) + the cap, and 3 gate curves × 3; 2 delimiter lines each
+    assert len(top.lines) == 4 * 3 + 2 + 1 and len(bottom.lines) == 3 * 3 + 2
+    plt.close(fig)
+
+    reg = pd.DataFrame({"lambda": [0.0, 0.0, 1.0], "ess": [4.0, 5.0, 6.0], "accuracy": [0.5, 0.6, 0.7],
+                        "mean_gate": [0.9, 0.95, 0.99]})
+    fig = F.regulariser(reg, [0.0, 1.0], 8, 0.01)
+    assert len(fig.axes) == 3
+    assert [len(c.get_offsets()) for c in fig.axes[1].collections if hasattr(c, "get_offsets")][:1] == [2]
+    plt.close(fig)

@@ -8,7 +8,7 @@ import numpy as np
 from scipy import stats
 
 __all__ = ["FAR_BETTER_GAP", "SATURATED_ACCURACY", "attainable_gap", "oracle_ceiling", "delimiter_test",
-           "detectable_gap", "gap_design", "spearman_rows",
+           "detectable_gap", "gap_design", "spearman", "spearman_rows",
            "spearman_gap_bootstrap",
            "within_family_spearman"]
 
@@ -105,6 +105,12 @@ def gap_design(fam: dict, alpha: float, n_seeds: int, effect: float = FAR_BETTER
     detectable = detectable_gap(se, alpha, power)
     return {"defined": True, "se": se, "detectable": detectable, "ceiling": ceiling, "effect": float(effect),
             "seeds_needed": int(np.ceil(n_seeds * (detectable / effect) ** 2))}
+
+
+def spearman(x, y) -> float:
+    """Spearman's ρ of ``x`` with ``y`` (``scipy.stats.spearmanr``): NaN, with a warning, where either
+    is constant."""
+    return stats.spearmanr(x, y).statistic
 
 
 def spearman_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:

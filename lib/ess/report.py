@@ -1,0 +1,220 @@
+"""How chapter 09 reports its trained models: their tables, the mixers' rankings and per-family
+correlations in words, and the power statements of the chapter's two statistical claims
+(:class:`lib.claims.Power`). The statistics themselves live in :mod:`lib.ess.analysis`."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from lib.claims import Power
+from lib.ess.analysis import FAR_BETTER_GAP, SATURATED_ACCURACY
+
+__all__ = ["mqar_table", "regulariser_table", "regulariser_means", "accuracy_spread", "utilisation", "ranking",
+           "family_rhos", "direction", "effect_position", "ceiling_text", "pooled_text", "accuracy_power",
+           "unresolved_text", "delimiter_reading", "delimiter_power"]
+
+# -- tables of trained models ------------------------------------------------------------------------------
+
+
+def mqar_table(points, mixers, widths, pairs, ess_col: str) -> pd.DataFrame:
+    """One row per trained MQAR model of the sweep ``points`` (each ``{"mixer", "d_k", "models": [...]}``,
+    as :func:`lib.ess.experiments.run_mqar_replicates` returns them), in the order of ``mixers``,
+    ``widths``, ``pairs`` and seed; ``ess`` is the column ``ess_col`` (the reported tolerance) and
+    ``ess_per_kv``, ``tss_per_kv`` are ESS and TSS per key–value pair."""
+    records = sorted(({"mixer": p["mixer"], "d_k": p["d_k"], **r} for p in points for r in p["models"]),
+                     key=lambda r: (mixers.index(r["mixer"]), widths.index(r["d_k"]), pairs.index(r["n_pairs"]),
+                                    r["seed"]))
+    df = pd.DataFrame(records)
+    df["ess"] = df[ess_col]
+    df["ess_per_kv"] = df["ess"] / df["n_pairs"]
+    df["tss_per_kv"] = df["tss"] / df["n_pairs"]
+    return df
+
+
+def regulariser_table(points, ess_col: str) -> pd.DataFrame:
+    """One row per model of the regulariser's sweep ``points`` (each ``{"reg": λ, "models": [...]}``),
+    its weight λ in the column ``lambda`` and ``ess`` the column ``ess_col``."""
+    df = pd.DataFrame([{"lambda": p["reg"], **{k: v for k, v in r.items() if k != "n_pairs"}}
+                       for p in points for r in p["models"]])
+    df["ess"] = df[ess_col]
+    return df
+
+
+def regulariser_means(df: pd.DataFrame) -> pd.DataFrame:
+    """Mean accuracy, ESS and gate of a :func:`regulariser_table` per λ, in increasing λ."""
+    return df.groupby("lambda")[["accuracy", "ess", "mean_gate"]].mean()
+
+
+def accuracy_spread(df: pd.DataFrame) -> float:
+    """The widest range (largest − smallest) of accuracy among the models of one λ of a
+    :func:`regulariser_table`: how far training noise alone moves a model's accuracy."""
+    return float(df.groupby("lambda")["accuracy"].agg(lambda a: a.max() - a.min()).max())
+
+
+def utilisation(df: pd.DataFrame) -> pd.Series:
+    """Per fixed-state mixer (every mixer but softmax) of a :func:`mqar_table`, the mean over its models
+    of ESS / TSS: the share of the state a trained model uses."""
+    fixed = df[df.mixer != "softmax"]
+    return fixed.assign(u=fixed.ess / fixed.tss).groupby("mixer").u.mean()
+
+
+# -- results in words --------------------------------------------------------------------------------------
+
+def ranking(means) -> str:
+    """The names of ``means`` (a :class:`pandas.Series` or mapping name → mean) by decreasing mean,
+    joined by '>' or by '=' where the means agree to 3 decimals (ties keep the given order)."""
+    v = pd.Series(means).round(3).sort_values(ascending=False, kind="stable")
+    text = v.index[0]
+    for prev, (name, val) in zip(v.to_numpy()[:-1], list(v.items())[1:]):
+        text += (" = " if val == prev else " > ") + name
+    return text
+
+
+def family_rhos(fam: dict, accuracy, family, families) -> str:
+    """Each family's ρ_ESS against ρ_TSS from a :func:`lib.ess.analysis.within_family_spearman`
+    result ``fam``, or why it has none (``accuracy`` and ``family`` label the models it ranked):
+    all its models reach the same accuracy, or a measure is constant."""
+    accuracy, family = np.asarray(accuracy, dtype=float), np.asarray(family)
+
+    def one(m):
+        if m not in fam["undefined"]:
+            return f"{m}: {fam['rho_a'][m]:.2f} against {fam['rho_b'][m]:.2f}"
+        acc_m = accuracy[family == m]
+        if np.unique(acc_m).size == 1:
+            return f"{m}: undefined (all its models reach the same accuracy, {acc_m[0]:.2f})"
+        return f"{m}: undefined (a constant measure)"
+
+    return "; ".join(one(m) for m in families)
+
+
+def direction(rho_ess: float, rho_tss: float) -> str:
+    """Whether ESS ranks better than TSS, the paper's direction, in words."""
+    return "the paper's direction" if rho_ess > rho_tss else "against the paper's direction"
+
+
+def effect_position(effect: float, low: float, high: float) -> str:
+    """Where ``effect`` lies against the interval ``[low, high]``: inside, above or below it."""
+    if low <= effect <= high:
+        return "lies inside"
+    return "lies above" if effect > high else "lies below"
+
+
+def ceiling_text(oracle: dict, rho_b: dict, families) -> str:
+    """The ceiling of :func:`lib.ess.analysis.oracle_ceiling` family by family, with why (a saturated
+    family's oracle ranks near-ties; elsewhere the oracle's ρ against the rival's ``rho_b``)."""
+    return "; ".join(
+        f"{m}: {oracle['per_family'][m]:.2f}" + (f" (saturated: at least half its models reach accuracy "
+                                                 f"{SATURATED_ACCURACY}, the oracle's ρ {oracle['rho_oracle'][m]:.2f} "
+                                                 "ranks near-ties)" if m in oracle["saturated"] else
+                                                 f" (oracle ρ {oracle['rho_oracle'][m]:.2f} against ρ_TSS "
+                                                 f"{rho_b[m]:.2f})")
+        for m in families if m in oracle["per_family"])
+
+
+def pooled_text(boot: dict, n_models: int) -> str:
+    """The pooled comparison of :func:`lib.ess.analysis.spearman_gap_bootstrap` over ``n_models`` in a
+    sentence."""
+    return (f"Pooled over the {n_models} models of every mixer, ρ_ESS = {boot['rho_a']:.2f} against ρ_TSS = "
+            f"{boot['rho_b']:.2f} (gap interval [{boot['gap_low']:.2f}, {boot['gap_high']:.2f}], positive in "
+            f"{boot['p_a_better']:.1%} of resamples: " + direction(boot["rho_a"], boot["rho_b"]) + ").")
+
+
+def accuracy_power(fam: dict, design: dict, ceiling: str, *, families, n_models: int, alpha: float, n_layers: int,
+                   steps: int, pooled: str) -> Power:
+    """The power statement of the claim that ESS/κ ranks accuracy better than TSS/κ within each family:
+    of :func:`lib.ess.analysis.within_family_spearman`'s result ``fam`` over ``n_models`` models of
+    ``families``, the design of :func:`lib.ess.analysis.gap_design` (its detectable gap at ``alpha``,
+    its ceiling, given family by family in ``ceiling``, and the seeds that would reach the effect
+    :data:`lib.ess.analysis.FAR_BETTER_GAP`), whether ``n_layers`` and ``steps`` are the paper's
+    regime (two layers or more, 2000 steps or more), and the ``pooled`` comparison. Without a defined
+    design (no family ranks) the control fails."""
+    left_out = [m for m in families if m in fam["undefined"]]
+    paper_regime = n_layers >= 2 and steps >= 2000
+    statement = (
+        f"{n_models} models of {len(families)} families ({', '.join(families)}); "
+        + (f"left out as undefined (every model of the family reaches the same accuracy): {', '.join(left_out)}; "
+           if left_out else "")
+        + f"the paper gives no coefficients, so its \"far better\" is taken a priori as a mean gap of "
+          f"{FAR_BETTER_GAP:.2f} (Cohen's medium correlation). "
+        + (f"The bootstrap standard error of the mean gap is {design['se']:.3f}: the test detects a gap of "
+           f"{design['detectable']:.2f} with probability 0.8 at {alpha:.0e}"
+           + ("" if design["detectable"] <= FAR_BETTER_GAP else
+              f" (about {design['seeds_needed']} seeds per configuration would reach the effect)")
+           + ". TSS/κ already ranks the families at ρ_TSS = "
+           + ", ".join(f"{fam['rho_b'][m]:.2f} ({m})" for m in families if m not in left_out)
+           + ". The ceiling is what an in-sample oracle (each model scored by its configuration's mean accuracy, "
+             "the best any measure of the configuration can do; the rest is training noise between replicates) "
+             f"gains over TSS/κ, family by family: {ceiling}; their mean, {design['ceiling']:.2f}, is the "
+             "largest gap this design could show. "
+           if design["defined"] else "No family has a defined correlation, so no gap can be estimated. ")
+        + (f"{n_layers}-layer models trained {steps} steps: the paper's regime (two layers or more, trained to "
+           "convergence)." if paper_regime else
+           f"{n_layers}-layer models trained {steps} steps, short of the paper's multi-layer models trained to "
+           "convergence (the paper profile trains 2 layers for 2000 steps).")
+        + " " + pooled)
+    if design["defined"]:
+        return Power(statement, detectable=design["detectable"], effect=FAR_BETTER_GAP, ceiling=design["ceiling"],
+                     value=design)
+    return Power(statement, control=False, value=design)
+
+
+def unresolved_text(dt: dict, n_seeds: int, accuracy, alpha: float) -> str:
+    """Which replicates of :func:`lib.ess.analysis.delimiter_test`'s result ``dt`` (of ``n_seeds``) do
+    not resolve their own drop after the delimiters, with their mean drop, p-value, upper ``alpha``
+    bound and ``accuracy`` (per replicate), and what that means: below the smallest resolved drop, a
+    training run that solves the task without resetting; otherwise the run cannot decide the claim."""
+    unresolved, drop_means = dt["unresolved"], dt["means"]["drop"]
+    if not unresolved.size:
+        return "every replicate's own drop is resolved"
+    return (
+        f"{len(unresolved)} of {n_seeds} replicates "
+        + ("does not resolve its" if len(unresolved) == 1 else "do not resolve their") + " own drop: mean drop "
+        + ", ".join(f"{drop_means[k]:.2f} (p = {dt['p']['drop'][k]:.1g}, upper {alpha:.0e} bound "
+                    f"{dt['drop_upper'][k]:.2f}, accuracy {accuracy[k]:.2f})" for k in unresolved)
+        + (f", below the smallest drop of a replicate that resolves one ({dt['smallest_resolved']:.2f}): "
+           + ("this training run solves" if len(unresolved) == 1 else "these training runs solve")
+           + " the task without resetting, so the test's power is not what fails"
+           if dt["below_resolved"] else
+           "; a drop as large as the smallest one another replicate resolves cannot be excluded there, "
+           "so this run cannot tell a training run without a reset from one with a small reset and "
+           "does not decide the claim"
+           if dt["resolved"].size else "; no replicate resolves a drop"))
+
+
+def delimiter_reading(p: dict, alpha: float) -> str:
+    """What the delimiter tests' p-values ``p`` (test → per seed) show at ``alpha``: every seed resolves
+    every test, or which tests some seed does not resolve."""
+    sig = {test: bool(np.all(v < alpha)) for test, v in p.items()}
+    failed = [{"drop": "its own drop", "control": "the margin over the length-matched control",
+               "linear": "the margin over linear attention"}[t] for t, ok in sig.items() if not ok]
+    return ("on every seed the delimiter-trained GLA's entropy-ESS falls after a delimiter, by more than "
+            "the length-matched control's and by more than linear attention's" if not failed else
+            "not every seed resolves " + " and ".join(failed))
+
+
+def delimiter_power(dt: dict, reset_drops: np.ndarray, accuracy: dict, unresolved: str, *, alpha: float,
+                    eval_length: int) -> Power:
+    """The power statement of the delimiter claim: the positive control (:func:`lib.ess.analysis.delimiter_test`
+    on the hard-reset model, ``reset_drops``), which counts as passed only if the run also decides every
+    replicate (``unresolved`` says which do not), each seed's detectable effects at ``alpha``, and each
+    arm's accuracy range (``accuracy``: arm → per replicate) at the length ``eval_length``."""
+    acc = accuracy
+    max_p_reset = max(v.max() for v in dt["p_positive"].values())
+    return Power(
+        f"Positive control: the same three tests on the delimiter-trained GLA with a hard reset on the "
+        f"delimiter (mean entropy drop {reset_drops.mean():.2f}; largest p over seeds and tests "
+        f"{max_p_reset:.1e}); it counts as passed only if the run also "
+        f"decides every replicate ({unresolved}). Each seed's tests detect a mean drop of "
+        f"{dt['mde']['drop']:.2f}, a margin over the control of {dt['mde']['control']:.2f} and over linear "
+        f"attention of {dt['mde']['linear']:.2f} (probability 0.8 at {alpha:.0e}). All arms trained and "
+        f"measured at {eval_length} tokens for the same steps; accuracy "
+        f"{acc['delimited'].min():.2f}–{acc['delimited'].max():.2f} (GLA with delimiters), "
+        f"{acc['control'].min():.2f}–{acc['control'].max():.2f} (control), "
+        f"{acc['linear'].min():.2f}–{acc['linear'].max():.2f} (linear attention); a one-layer model on a "
+        "synthetic delimited recall task stands in for the paper's language models.",
+        control=bool(dt["control_passes"] and dt["decided"]),
+        value={"reset_drop": float(reset_drops.mean()), "max_p_reset": float(max_p_reset),
+               "mde": dt["mde"], "power": 0.8, "unresolved_replicates": dt["unresolved"].tolist(),
+               "unresolved_drop_upper": dt["drop_upper"][dt["unresolved"]].tolist(),
+               "decided": dt["decided"]})
