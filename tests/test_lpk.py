@@ -532,3 +532,35 @@ def test_bound_over_gap_by_n_and_its_summary_by_hand():
     assert ratio_by_n["n, digits, n=50"] == pytest.approx(4.0) and ratio_by_n["n, digits, n=200"] is None
     assert slope["n, digits"] == pytest.approx(-2.0)               # 4 → 1 as n doubles: slope log 4 / log 2
     np.testing.assert_allclose(share["n, digits"], [1.0, 0.5, 1.0])
+
+
+def test_rank_statistics_are_the_per_sweep_tests():
+    runs = _runs_frame().assign(arora_bound=[1.0, 2.0, 3.0, 4.0, 3.0, 5.0], train_loss=[0.4, 0.3, 0.2, 0.1, 0.2, 0.0])
+    axis_of = {"noise, digits": "noise", "width, digits": "width"}
+    r = L.rank_statistics(runs, axis_of, ["noise, digits"], alpha=0.1)
+    noise = runs[runs.sweep == "noise, digits"]
+    assert set(r["tau"]) == {"noise, digits", "width, digits"}
+    # width sweep: two runs, the larger bound with the smaller gap: τ = −1
+    assert r["tau"]["width, digits"] == pytest.approx(-1.0)
+    assert r["tau"]["noise, digits"] == L.kendall_tau(noise.lpk_bound, noise.gap)
+    assert r["design_tau"]["noise, digits"] == L.kendall_tau(noise.noise, noise.gap)
+    assert r["partial"]["noise, digits"] == L.partial_kendall(noise.lpk_bound, noise.gap, noise.noise)
+    assert r["across"]["noise, digits"] == L.kendall_test(noise.lpk_bound, noise.gap, alpha=0.1)
+    # two levels of two runs: no within-level τ reaches 0.1 (critical NaN)
+    within = L.stratified_kendall(noise.lpk_bound, noise.gap, noise.noise, alpha=0.1)
+    assert np.isnan(within["critical"]) and r["within"]["noise, digits"] == pytest.approx(within, nan_ok=True)
+    assert set(r["controls"]) == {("noise, digits", col) for col in ("noise", "arora_bound", "train_loss")}
+    assert r["controls"][("noise, digits", "train_loss")] == L.kendall_test(noise.train_loss, noise.gap, alpha=0.1)
+
+
+def test_detectable_taus_sizes_and_their_streams():
+    from lib.seeding import stream
+    runs = _runs_frame()
+    axis_of = {"noise, digits": "noise", "width, digits": "width"}
+    sizes, detect80 = L.detectable_taus(runs, axis_of, ["noise, digits"], alpha=0.2, root=5)
+    assert sizes == {"noise, digits": {"across": [4], "within": [2, 2]}}
+    assert set(detect80) == {("noise, digits", "across"), ("noise, digits", "within")}
+    assert detect80[("noise, digits", "within")] == L.kendall_detectable(
+        [2, 2], 0.2, stream(5, "power", "noise, digits", "within"))
+    again = L.detectable_taus(runs, axis_of, ["noise, digits"], alpha=0.2, root=5)[1]
+    assert again == detect80

@@ -23,7 +23,7 @@ identity ℓ(w_T, z) = ℓ(w_0, z) − (1/n) Σ_i K_T(z, z_i).
 - :mod:`.experiments`: one sweep point (:func:`run`), the chapter's grids (:func:`run_sweeps`) and
   the step-size study of the identity (:func:`step_convergence`).
 - :mod:`.summary`: the sweeps' runs as the chapter's tables and numbers (each run once, values per
-  level, the bound over the gap against n).
+  level, the rank statistics and their power, the bound over the gap against n).
 - :mod:`.bench`: the gradient flow's earlier implementation beside the current one, timed
   (``python -m lib.lpk.bench``).
 """
@@ -40,8 +40,8 @@ from lib.lpk.network import (DTYPE, directional_derivatives, directional_derivat
 from lib.lpk.ranks import (kendall_detectable, kendall_power, kendall_s, kendall_s_null, kendall_tau, kendall_test,
                            one_sided_z, partial_kendall, sign_test, sign_test_detectable, spearman_rho,
                            stratified_kendall)
-from lib.lpk.summary import (bound_above_gap_text, bound_over_gap_by_n, by_n_summary, geometric_means,
-                             median_positive_ratio, unique_runs, values_by_level)
+from lib.lpk.summary import (bound_above_gap_text, bound_over_gap_by_n, by_n_summary, detectable_taus,
+                             geometric_means, median_positive_ratio, rank_statistics, unique_runs, values_by_level)
 
 __all__ = ["gradient_flow_batch", "chen2023_bound", "gradient_and_tangent", "bound_report", "confidence_term",
            "identity_error", "kernel_machine", "lpk_bound_over_time",
@@ -53,4 +53,5 @@ __all__ = ["gradient_flow_batch", "chen2023_bound", "gradient_and_tangent", "bou
            "kendall_tau", "partial_kendall", "spearman_rho", "stratified_kendall", "kendall_test", "sign_test",
            "arora_complexity", "violation_ceiling", "one_sided_z", "kendall_power", "kendall_detectable",
            "sign_test_detectable", "step_convergence", "bound_above_gap_text", "bound_over_gap_by_n",
-           "by_n_summary", "geometric_means", "median_positive_ratio", "unique_runs", "values_by_level"]
+           "by_n_summary", "geometric_means", "median_positive_ratio", "unique_runs", "values_by_level",
+           "rank_statistics", "detectable_taus"]

@@ -1,6 +1,7 @@
 """The sweeps' runs turned into the chapter's tables and numbers: each run counted once, a
-quantity per level of a swept variable, the bound over the gap against the training size, and
-the sentence saying whether the bound is above the gap. ``runs`` is the frame of
+quantity per level of a swept variable, the rank statistics of the bound against the gap and
+the τ their tests detect, the bound over the gap against the training size, and the sentence
+saying whether the bound is above the gap. ``runs`` is the frame of
 :func:`lib.lpk.experiments.run_sweeps` (one row per sweep, configuration and seed)."""
 
 from __future__ import annotations
@@ -8,10 +9,16 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from lib.lpk.ranks import (kendall_detectable, kendall_tau, kendall_test, partial_kendall, spearman_rho,
+                          stratified_kendall)
+from lib.seeding import stream
 from lib.stats import loglog_slope
 
 #: The columns that name one run: a configuration and its replicate.
 RUN_COLUMNS = ["dataset", "n", "width", "noise", "seed"]
+#: Rivals of the LPK bound that the across-runs test is also applied to: the noise level itself,
+#: Arora et al.'s bound and the training loss.
+RIVALS = ("noise", "arora_bound", "train_loss")
 
 
 def unique_runs(runs: pd.DataFrame) -> pd.DataFrame:
@@ -24,6 +31,41 @@ def values_by_level(runs: pd.DataFrame, var: str, col: str) -> np.ndarray:
     """``col`` of ``runs`` as an array (level of ``var``, run), the levels ascending; every level
     must hold equally many runs."""
     return np.array([runs[runs[var] == x][col].to_numpy() for x in sorted(runs[var].unique())])
+
+
+def rank_statistics(runs: pd.DataFrame, axis_of: dict[str, str], tested, alpha: float) -> dict:
+    """The rank statistics of every sweep of ``runs`` (``axis_of``: each sweep's swept variable),
+    each a dict by sweep name: ``tau`` and ``rho``, Kendall's τ and Spearman's ρ of the LPK bound
+    with the gap; ``design_tau``, τ of the swept variable with the gap; ``partial``, the bound's
+    partial τ given the swept variable; ``across``, the exact one-sided Kendall test over all the
+    sweep's runs at false-alarm rate ``alpha``; ``within``, the exact within-level test. And
+    ``controls``, keyed (sweep, column) for the sweeps in ``tested``: the across-runs test applied
+    to each of :data:`RIVALS` in place of the bound."""
+    groups = list(runs.groupby("sweep"))
+    return {
+        "tau": {name: kendall_tau(g["lpk_bound"], g["gap"]) for name, g in groups},
+        "rho": {name: spearman_rho(g["lpk_bound"], g["gap"]) for name, g in groups},
+        "design_tau": {name: kendall_tau(g[axis_of[name]], g["gap"]) for name, g in groups},
+        "partial": {name: partial_kendall(g["lpk_bound"], g["gap"], g[axis_of[name]]) for name, g in groups},
+        "across": {name: kendall_test(g["lpk_bound"], g["gap"], alpha=alpha) for name, g in groups},
+        "controls": {(name, col): kendall_test(g[col], g["gap"], alpha=alpha)
+                     for name, g in groups if name in tested for col in RIVALS},
+        "within": {name: stratified_kendall(g["lpk_bound"], g["gap"], g[axis_of[name]], alpha=alpha)
+                   for name, g in groups},
+    }
+
+
+def detectable_taus(runs: pd.DataFrame, axis_of: dict[str, str], tested, alpha: float,
+                    root: int) -> tuple[dict, dict]:
+    """For the sweeps in ``tested``: the sizes their two Kendall tests see (``"across"``: all the
+    sweep's runs as one stratum; ``"within"``: the runs at each level of the swept variable), and
+    the τ each test declares with 80 % power at false-alarm rate ``alpha``, keyed (sweep, test),
+    simulated from the sub-stream ``("power", sweep, test)`` of chapter seed ``root``."""
+    sizes = {name: {"across": [len(g)], "within": g.groupby(axis_of[name]).size().tolist()}
+             for name, g in runs.groupby("sweep") if name in tested}
+    detect80 = {(name, how): kendall_detectable(s, alpha, stream(root, "power", name, how))
+                for name, ss in sizes.items() for how, s in ss.items()}
+    return sizes, detect80
 
 
 def median_positive_ratio(num, den) -> float:
