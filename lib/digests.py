@@ -45,9 +45,9 @@ PRESENTATION = frozenset({"lib/plotting.py", "lib/render.py", "lib/profiling.py"
 #: The modules outside PRESENTATION (and the pipeline) allowed to import a presentation module:
 #: the notebook's façades (``ch.figure`` saves through plotting, the claims table renders through
 #: render), lib.sweep (imports lib.profiling only under `companion profile`, after the sweep's
-#: points are computed; the probe's extra runs are timed and discarded) and the kernels'
-#: benchmark script (run only by `companion bench`, never by a chapter).
-PRESENTATION_USERS = frozenset({"lib/chapter.py", "lib/claims.py", "lib/sweep.py", "kernels/swr/bench.py"})
+#: points are computed; the probe's extra runs are timed and discarded) and the SWR benchmark's
+#: figure (its numbers are timings, never a sweep point's).
+PRESENTATION_USERS = frozenset({"lib/chapter.py", "lib/claims.py", "lib/sweep.py", "lib/swr_bench/plotting.py"})
 #: The digest of a presentation module, whatever its contents.
 PRESENTATION_DIGEST = "presentation"
 

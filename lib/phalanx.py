@@ -99,7 +99,7 @@ def implementation_agreement(shapes, block: int = 16, root: int = 0) -> dict:
 
 def cost_table():
     """Work and depth of one sequence mixer over ``n`` tokens (``ℓ`` block, ``w`` window), the
-    paper's comparison; our CPU timings come from :mod:`kernels.swr.bench`."""
+    paper's comparison; our CPU timings come from :mod:`lib.swr_bench`."""
     import pandas as pd
 
     rows = [("full attention", "O(n²·d)", "O(1)", "quadratic work"),
@@ -545,3 +545,18 @@ def comparison_design(test: NonInferiority, *, learned: bool, stable: bool, para
     if test.detectable is None:
         out.update(detectable=None, effect=None, control=False)
     return out
+
+
+def final_losses(records, pattern: str | None = None) -> np.ndarray:
+    """The final validation loss of each run in ``records`` (of ``pattern`` only, when given),
+    in replicate order: replicate ``k`` of every model saw the same batches, so two models'
+    arrays are paired seed by seed."""
+    return np.array([r["final_valid_loss"] for r in sorted(records, key=lambda r: r["rep"])
+                     if pattern is None or r["pattern"] == pattern])
+
+
+def estimable(value, spec: str) -> str:
+    """``value`` formatted by ``spec``, or the words for a statistic that fewer than two seeds
+    leave undefined (``None`` or not finite)."""
+    return format(value, spec) if value is not None and np.isfinite(value) else \
+        "not estimable from fewer than two seeds"

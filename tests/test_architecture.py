@@ -56,18 +56,25 @@ def test_only_the_pipeline_imports_the_pipeline():
     assert not offenders, offenders
 
 
+BENCHMARK = "lib.swr_bench"  # `companion bench swr`: outside the kernels, run by the pipeline
+
+
+def _is_benchmark(module: str) -> bool:
+    return module == BENCHMARK or module.startswith(BENCHMARK + ".")
+
+
 def test_the_pipeline_never_imports_paper_code():
     offenders = [f"{module_name(p)} imports {m}" for p in sources("lib/pipeline")
-                 for m in imports(p) if paper_of(m) or m.startswith("kernels.swr.")
-                 and m != "kernels.swr.bench"]
+                 for m in imports(p) if not _is_benchmark(m) and (paper_of(m) or m.startswith("kernels.swr."))]
     assert not offenders, offenders
 
 
 def test_nothing_in_lib_or_kernels_imports_the_benchmark():
     offenders = [module_name(p) for p in sources("lib", "kernels")
-                 if module_name(p) != "kernels.swr.bench" and "kernels.swr.bench" in imports(p)
+                 if not _is_benchmark(module_name(p)) and any(_is_benchmark(m) for m in imports(p))
                  and not module_name(p).startswith(PIPELINE)]  # `companion bench` runs it
     assert not offenders, offenders
+    assert not (ROOT / "kernels" / "swr" / "bench.py").exists()  # benchmarks live outside the kernels
 
 
 def test_papers_import_other_papers_only_through_shared_pieces():

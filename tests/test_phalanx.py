@@ -263,3 +263,19 @@ def test_wider_window_control():
     assert helps["holds"] and helps["upper"] < 0
     assert not M.wider_window_helps([2.0, 2.1, 2.2], [2.0, 2.12, 2.19], alpha=1e-3)["holds"]
     assert not M.wider_window_helps([2.0], [1.0], alpha=1e-3)["holds"]
+
+
+def test_final_losses_are_paired_by_replicate_and_filtered_by_pattern():
+    records = [{"rep": 1, "pattern": "SSSG", "final_valid_loss": 2.5},
+               {"rep": 0, "pattern": "PPPG", "final_valid_loss": 2.0},
+               {"rep": 0, "pattern": "SSSG", "final_valid_loss": 2.25},
+               {"rep": 1, "pattern": "PPPG", "final_valid_loss": 1.75}]
+    assert M.final_losses(records, "SSSG").tolist() == [2.25, 2.5]
+    assert M.final_losses(records, "PPPG").tolist() == [2.0, 1.75]
+    assert M.final_losses(records[:2]).tolist() == [2.0, 2.5]  # every run, by replicate
+
+
+def test_estimable_formats_a_value_or_says_why_not():
+    assert M.estimable(0.0123, "+.2%") == "+1.23%"
+    assert M.estimable(None, ".2%") == M.estimable(math.inf, ".2%") == "not estimable from fewer than two seeds"
+    assert M.estimable(math.nan, ".2%").startswith("not estimable")

@@ -9,13 +9,15 @@ import pytest
 import torch
 
 from kernels import swa
-from kernels.swr import available_impls, bench, naive, scan, swr
+from kernels.swr import available_impls, naive, scan, swr
+from lib import swr_bench as bench
+from lib.swr_bench import timing
 
 ALL = bench.IMPLS + bench.EXTRA_IMPLS
 
 
 def _inputs(L=70, D=4):
-    return bench._make_inputs(1, 2, L, D, torch.float64, seed=0)
+    return timing._make_inputs(1, 2, L, D, torch.float64, seed=0)
 
 
 def test_scans_are_the_full_recurrence():
@@ -30,12 +32,12 @@ def test_scans_are_the_full_recurrence():
 @pytest.mark.skipif("compiled" not in available_impls(), reason="numba not installed")
 @pytest.mark.parametrize("impl,plain", [("swr-loops", "swr"), ("scan-compiled-loops", "scan-compiled")])
 def test_loop_variants_compute_the_same_thing(impl, plain):
-    a, x, q, k = bench._make_inputs(1, 2, 50, 16, torch.float32, seed=1)
+    a, x, q, k = timing._make_inputs(1, 2, 50, 16, torch.float32, seed=1)
     for pass_ in ("fwd",):
-        got = bench._callable(impl, a, x, q, k, 16, pass_)[0]()
-        ref = bench._callable(plain, a, x, q, k, 16, pass_)[0]()
+        got = timing._callable(impl, a, x, q, k, 16, pass_)[0]()
+        ref = timing._callable(plain, a, x, q, k, 16, pass_)[0]()
         assert torch.equal(got, ref)  # the forward rows do the loops' operations in order
-    assert torch.equal(bench._callable("swr", a, x, q, k, 16, "fwd")[0](), swr(a, x, block=16))
+    assert torch.equal(timing._callable("swr", a, x, q, k, 16, "fwd")[0](), swr(a, x, block=16))
 
 
 def test_blocked_swa_is_attention_over_the_jagged_window():
@@ -75,7 +77,7 @@ def test_measure_pairs_each_timing_with_a_triad(monkeypatch):
     """The fraction is the median of the pairs (effective / triad just before), not the ratio
     of the medians: here the pairs give 0.5, 2 and 2, the medians 4 GB/s over 4 GB/s."""
     times = iter([2.0, 4.0, 1.0])  # the warm-up call is not timed
-    monkeypatch.setattr(bench, "_time", lambda fn: next(times))
+    monkeypatch.setattr(timing, "_time", lambda fn: next(times))
     m = bench.measure(lambda: None, nbytes=8e9, repeats=3, roof=_FakeRoof([8e9, 1e9, 4e9]))
     assert m["seconds"] == 2.0 and m["best_seconds"] == 1.0 and m["paired"]
     assert m["gb_per_s"] == pytest.approx(4.0) and m["roof_gb_per_s"] == pytest.approx(4.0)
@@ -118,7 +120,7 @@ def test_bytes_counted_per_pass():
     """Forward moves a, x → y; backward a, x, dy → da, dx; both passes are the sum."""
     a, x, q, k = _inputs(L=32)
     for impl in ("swr", "scan-compiled"):
-        sizes = {p: bench._callable(impl, a, x, q, k, 16, p)[1] for p in bench.PASSES}
+        sizes = {p: timing._callable(impl, a, x, q, k, 16, p)[1] for p in bench.PASSES}
         assert sizes["fwd"] == (a.numel() + 2 * x.numel()) * 8
         assert sizes["bwd"] == (2 * a.numel() + 3 * x.numel()) * 8
         assert sizes["fwd+bwd"] == sizes["fwd"] + sizes["bwd"]
@@ -127,7 +129,7 @@ def test_bytes_counted_per_pass():
 @pytest.mark.parametrize("impl", ALL)
 def test_backward_pass_can_be_timed_repeatedly(impl):
     a, x, q, k = _inputs(L=40)
-    run, _ = bench._callable(impl, a, x, q, k, 8, "bwd")
+    run, _ = timing._callable(impl, a, x, q, k, 8, "bwd")
     run()
     run()  # a second backward through the same graph raises unless the graph is kept
 
@@ -153,3 +155,21 @@ def test_baselines_can_stop_early_and_slope_of_a_linear_law():
 def test_decode_throughput_runs_both_decoders():
     for impl in ("torch", "compiled") if "compiled" in available_impls() else ("torch",):
         assert bench.decode_throughput(1, 2, 4, tokens=20, impl=impl, repeats=1) > 0
+
+
+def test_speed_phrase_says_faster_slower_or_as_fast():
+    assert bench.speed_phrase(3.0) == "3× faster than"
+    assert bench.speed_phrase(0.25) == "4× slower than"
+    assert bench.speed_phrase(1.05) == "as fast as (time ratio 1.05)"
+    assert bench.speed_phrase(1 / 1.05).startswith("as fast as")
+
+
+def test_the_chapter_table_formats_each_measurement():
+    df = pd.DataFrame({"impl": ["swr", "scan-compiled"], "pass": ["fwd", "fwd"], "L": [512, 512],
+                       "seconds": [0.0012345, 0.0024690], "ratio_to_swr": [1.0, 2.0], "gb_per_s": [12.345, 6.1725],
+                       "roof_gb_per_s": [20.0, 20.0], "fraction_of_roof": [0.61725, 0.308625]})
+    t = bench.table(df)
+    assert t.index.names == ["method", "pass", "L (tokens)"]
+    row = t.loc[("scan-compiled", "fwd", 512)]
+    assert row["time (ms)"] == "2.47" and row["time / SWR's"] == "2" and row["fraction of the roof"] == "0.31"
+    assert t.loc[("swr", "fwd", 512), "effective GB/s"] == "12.3"

@@ -331,9 +331,9 @@ def cmd_seeds(book: Book, args) -> int:
 
 
 def cmd_bench(book: Book, args) -> int:
-    from kernels.swr import bench
+    from lib.swr_bench.cli import main
 
-    return bench.main(args.args) or OK
+    return main(args.args) or OK
 
 
 def cmd_clean(book: Book, args) -> int:
