@@ -672,3 +672,11 @@ def test_medians_of_solve_times():
                          "solved_at": [100.0, 300.0, np.inf, np.inf]})
     assert C.solved_medians(runs, ["route"]).to_dict() == {"a": 200.0}
     assert C.median_solved_at(runs) == 200.0 and math.isnan(C.median_solved_at(runs[runs["route"] == "b"]))
+
+
+def test_log_growth_rate_recovers_a_geometric_rate():
+    ks = [1, 2, 3, 4]
+    samples = np.array([[2.0 * 3.0**k, 2.0 * 3.0**k * 4.0] for k in ks])  # geometric mean 4·3^k per row
+    assert C.log_growth_rate(ks, samples) == pytest.approx(math.log(3.0))
+    # linear growth is slower than any fixed geometric rate over a longer range
+    assert C.log_growth_rate(range(1, 9), np.arange(1.0, 9.0)[:, None]) < math.log(2.0)

@@ -41,9 +41,9 @@ from lib.curriculum.one_step import (LEARNED, curriculum_fast, curriculum_litera
                                      sampler_check, slope_fit, slope_half_width, stage_setup, two_proportion_p,
                                      two_proportion_z)
 from lib.curriculum.decisions import (binomial_lower_p, binomial_two_sided_p, binomial_upper_p, calls_z,
-                                      chapter_levels, inference_checks, median_finite, median_samples_to_solve,
-                                      median_solved_at, no_hacking, proportion_z, route_label, slope_claim,
-                                      solved_medians)
+                                      chapter_levels, inference_checks, log_growth_rate, median_finite,
+                                      median_samples_to_solve, median_solved_at, no_hacking, proportion_z,
+                                      route_label, slope_claim, solved_medians)
 from lib.curriculum.experiments import (ORACLE_Q, PAPER_CELLS, batch_sweep, best_of_n_vs_ltar, freeze_compare,
                                         n_star_point,
                                         onestep_count, oracle_tree, sampler_cell, snr_point, solve_point, stack_runs,
@@ -61,7 +61,8 @@ from lib.curriculum.tree import (ROUTES, ReasoningTree, base_success, correct_pa
 from lib.stats import loglog_slope
 
 __all__ = ["binomial_lower_p", "binomial_two_sided_p", "binomial_upper_p", "calls_z", "chapter_levels",
-           "inference_checks", "median_finite", "median_samples_to_solve", "median_solved_at", "no_hacking",
+           "inference_checks", "log_growth_rate", "median_finite", "median_samples_to_solve", "median_solved_at",
+           "no_hacking",
            "proportion_z", "route_label", "slope_claim", "solved_medians",
            "LEARNED", "ORACLE_Q", "PAPER_CELLS", "ROUTES", "batch_sweep", "solve_rate_ceiling", "fisher_detectable",
            "freeze_compare",

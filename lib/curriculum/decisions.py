@@ -17,6 +17,7 @@ from lib.claims import Alternative, Claims, Control
 from lib.curriculum.inference import mean_test_z, rejection_cost
 from lib.curriculum.one_step import slope_half_width
 from lib.curriculum.training import samples_to_solve
+from lib.stats import geometric_mean
 
 
 def chapter_levels(alpha: float, n_tests: int, gap_tests: int) -> dict:
@@ -145,6 +146,13 @@ def inference_checks(per_width: list[dict], k: int, repeats: int) -> dict:
     return {"best_th": best_th, "best_zs": best_zs, "best_alt": best_alt, "best_alt_zs": best_alt_zs,
             "ltar_zs": ltar_zs, "ltar_alt_zs": ltar_alt_zs, "ltar_ps": ltar_ps, "dirty_counts": dirty_counts,
             "dirty_expected": dirty_expected, "ltar_all_z": ltar_all_z, "conf_p": conf_p, "conf_alt": conf_alt}
+
+
+def log_growth_rate(x, samples) -> float:
+    """Least-squares slope of the log of the seeds' geometric mean against ``x`` (``samples``: one row
+    per ``x``, one column per seed): the growth rate per unit of ``x`` of a quantity that grows
+    geometrically."""
+    return float(np.polyfit(x, np.log(geometric_mean(samples)), 1)[0])
 
 
 def median_samples_to_solve(run: dict, level: float = 0.99) -> float:
