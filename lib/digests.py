@@ -17,8 +17,9 @@ kept sweep point (``lib.sweep``) is reused only while they are unchanged:
 profile a run; none computes a value that reaches a claim or a metric, so their digest is a
 constant and editing them leaves every record current. The rule that keeps this true is tested
 (``tests/test_digests.py``): no module under ``lib/`` or ``kernels/`` imports a presentation
-module but the notebook-facing façades in :data:`PRESENTATION_USERS`, which hand figures and
-tables to the page and take nothing back.
+module but the notebook-facing façades in :data:`PRESENTATION_USERS` and a paper's figure module
+(``lib/<paper>/figures.py``, which only the notebook imports), which hand figures and tables to
+the page and take nothing back.
 
 A sweep function's **import closure** (:func:`import_closure`) is the set of ``lib/`` and
 ``kernels/`` files its module imports, at module level or inside functions, followed
@@ -48,6 +49,8 @@ PRESENTATION = frozenset({"lib/plotting.py", "lib/render.py", "lib/profiling.py"
 #: points are computed; the probe's extra runs are timed and discarded) and the SWR benchmark's
 #: figure (its numbers are timings, never a sweep point's).
 PRESENTATION_USERS = frozenset({"lib/chapter.py", "lib/claims.py", "lib/sweep.py", "lib/swr_bench/plotting.py"})
+#: A paper's figure module: it draws through lib.plotting, and nothing in lib/ or kernels/ imports it.
+FIGURES = "lib/*/figures.py"
 #: The digest of a presentation module, whatever its contents.
 PRESENTATION_DIGEST = "presentation"
 

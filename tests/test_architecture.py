@@ -158,11 +158,13 @@ def _code_lines(cell: dict) -> list[str]:
 
 def notebook_findings(notebook: dict) -> list[str]:
     """What a notebook computes that belongs in lib: statistics and definitions, and code cells
-    longer than MAX_CELL_LINES lines (comments and blank lines not counted)."""
+    longer than MAX_CELL_LINES lines (comments and blank lines not counted; the one cell tagged
+    ``parameters`` declares the chapter's parameters, one per line, and has no length limit)."""
     found = []
     for number, cell in enumerate(c for c in notebook["cells"] if c["cell_type"] == "code"):
         lines = _code_lines(cell)
-        if len(lines) > MAX_CELL_LINES:
+        declarations = "parameters" in cell.get("metadata", {}).get("tags", [])
+        if len(lines) > MAX_CELL_LINES and not declarations:
             found.append(f"code cell {number} has {len(lines)} lines (at most {MAX_CELL_LINES})")
         found += [f"code cell {number}: {line.strip()}" for line in lines if STATISTICS_IN_A_CELL.search(line)]
     return found
@@ -184,3 +186,5 @@ def test_the_notebook_rule_sees_a_statistic_a_definition_and_a_long_cell():
         assert notebook_findings({"cells": [cell(line)]}), line
     long = {"cells": [cell(*[f"x{i} = {i}" for i in range(MAX_CELL_LINES + 1)])]}
     assert notebook_findings(long) == [f"code cell 0 has {MAX_CELL_LINES + 1} lines (at most {MAX_CELL_LINES})"]
+    declared = {"cells": [{**long["cells"][0], "metadata": {"tags": ["parameters"]}}]}
+    assert notebook_findings(declared) == []
