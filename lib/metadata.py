@@ -14,7 +14,6 @@ plain loop.
 
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import dataclass
 
@@ -24,7 +23,7 @@ import torch.nn.functional as F
 
 from lib.llama import Block, Decoder, rope
 from lib.pcfg import Grammar, Language, is_grammatical, per_position_mean
-from lib.population import adam_step
+from lib import population
 from lib.seeding import seed32, seed_torch, stream, torch_generator
 from lib.sweep import one_thread
 
@@ -185,13 +184,12 @@ def train(lang: Language, *, dms=(0,), reps=(0,), steps: int, batch: int, root: 
     changes no output). Loss: the mean over the batch's terminal and EOS tokens. AdamW (weight decay
     ``weight_decay``) with a one-cycle schedule (:func:`_schedule`).
 
-    ``batched=True`` trains the models as one population (parameters stacked, ``torch.func.vmap`` over
-    ``functional_call``, the AdamW update written out on the stacked tensors); ``batched=False`` trains
+    ``batched=True`` trains the models as one population (:func:`lib.population.train_stacked`: parameters
+    stacked, ``torch.func.vmap`` over ``functional_call``, the AdamW update written out on the stacked
+    tensors, here with the one-cycle schedule's learning rate and β₁ each step); ``batched=False`` trains
     them one after another with ``torch.optim.AdamW`` and ``OneCycleLR``. Both compute the same models
     (tested to float tolerance). ``log_set = (strings, js)`` is evaluated every ``log_every`` steps with
     the metadata masked and with the model's own depth given."""
-    from torch.func import functional_call, stack_module_state, vmap
-
     g = lang.grammar
     vocab = Vocab(g.n_terminals, g.depth, g.n_sets)
     members = [(rep, dm) for rep in reps for dm in dms]
@@ -224,32 +222,17 @@ def train(lang: Language, *, dms=(0,), reps=(0,), steps: int, batch: int, root: 
         log(steps, lambda: models)
     else:
         rates, beta1 = _schedule(steps, lr, warmup)
-        beta2, eps = 0.999, 1e-8
-        params, buffers = stack_module_state(models)
-        params = {k: v.detach().requires_grad_(True) for k, v in params.items()}
-        base = copy.deepcopy(models[0]).to("meta")
 
-        def member_loss(p, b, tokens, targets):
-            return _token_loss(functional_call(base, (p, b), (tokens,)), targets)
-
-        batched_loss = vmap(member_loss)
-        moments = {k: (torch.zeros_like(v), torch.zeros_like(v)) for k, v in params.items()}
-
-        def current():
-            for i, model in enumerate(models):
-                model.load_state_dict({k: v[i].detach() for k, v in {**params, **buffers}.items()})
-            return models
-
-        for step, (tokens, targets) in enumerate(data):
+        def on_step(step, current):
             if log_every and step % log_every == 0:
                 log(step, current)
-            losses = batched_loss(params, buffers, tokens.to(device), targets.to(device))
-            grads = torch.autograd.grad(losses.sum(), list(params.values()))
-            r, b1, t = float(rates[step]), float(beta1[step]), step + 1
-            with torch.no_grad():
-                adam_step(list(params.values()), grads, [moments[k] for k in params], t, r, (b1, beta2), eps,
-                          weight_decay)
-        current()
+
+        params, buffers, _ = population.train_stacked(
+            models, ((tokens.to(device), targets.to(device)) for tokens, targets in data),
+            lambda forward, batch: _token_loss(forward(batch[0]), batch[1]), lr=lr, betas=(0.9, 0.999), eps=1e-8,
+            weight_decay=weight_decay, schedule=lambda t: (float(rates[t - 1]), float(beta1[t - 1])), on_step=on_step)
+        for i, model in enumerate(models):
+            model.load_state_dict({k: v[i].detach() for k, v in {**params, **buffers}.items()})
         log(steps, lambda: models)
     for model in models:
         for block in model.blocks:

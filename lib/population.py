@@ -14,7 +14,9 @@ standing for the model. The members' parameters are stacked (``stack_module_stat
 forward pass is ``vmap`` over ``functional_call``, and Adam (the formula of ``torch.optim.Adam``)
 or SGD steps every member at once with its own learning rate. Each member's numbers depend only on
 the chapter seed and its own settings, never on who else is in the batch (tested: a member trained alone and
-in a batch agree to float tolerance).
+in a batch agree to float tolerance). :func:`train_stacked` is that loop on models already made and
+data already drawn, with a learning-rate and β₁ schedule, weight decay and a hook before each step
+(chapter 10's metadata models train with it).
 
 Batching pays for the smallest models, where one model's step is dominated by per-operation
 overhead; at larger sizes the batched matmuls are no faster (see :func:`bench`). vmap has no
@@ -81,31 +83,65 @@ def train(members: Sequence[Mapping], make: Callable[[Mapping], nn.Module],
         raise ValueError(f"optimizer must be 'adam' or 'sgd', not {optimizer!r}")
     members = [dict(m) for m in members]
     models = [build(make, m, root) for m in members]
+    gens = [data_generator(root, m) for m in members]
+    rates = torch.tensor([float(m.get("lr", lr)) for m in members])
+    data = (tuple(torch.stack(parts) for parts in zip(*[batch(m, g) for m, g in zip(members, gens)]))
+            for _ in range(steps))
+    params, buffers, history = train_stacked(models, data, loss, lr=rates, optimizer=optimizer, betas=betas, eps=eps)
+    return Trained(members, history, params, buffers, models[0])
+
+
+def train_stacked(models: Sequence[nn.Module], data, loss: Callable[[Callable, tuple], torch.Tensor], *, lr,
+                  optimizer: str = "adam", betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                  weight_decay: float = 0.0, schedule: Callable[[int], tuple[float, float]] | None = None,
+                  on_step: Callable[[int, Callable[[], list]], None] | None = None):
+    """The loop of :func:`train` on models already made (one shape; they are not changed until
+    ``on_step`` asks for them) and data already drawn: ``data`` yields each step's batch as a tuple of
+    tensors stacked over the members (leading dimension), and ``loss(forward, batch)`` is one
+    member's scalar loss. The parameters are stacked, the forward pass is ``vmap`` over
+    ``functional_call``, and each step is :func:`adam_step` (AdamW with ``weight_decay``) or SGD at
+    ``lr``, a float or one rate per member. ``schedule(t)``, where given, returns step ``t``'s learning
+    rate and β₁ (counting from 1), a float each, in place of ``lr`` and ``betas[0]``. ``on_step(step,
+    current)`` is called before each step's update (``step`` from 0) with ``current()``, which loads
+    the current parameters into ``models`` and returns them. Returns the stacked parameters, the
+    buffers and the losses ``[steps, members]``."""
+    if optimizer not in ("adam", "sgd"):
+        raise ValueError(f"optimizer must be 'adam' or 'sgd', not {optimizer!r}")
+    models = list(models)
     params, buffers = stack_module_state(models)
     params = {k: v.detach().requires_grad_(True) for k, v in params.items()}
     base = copy.deepcopy(models[0]).to("meta")
-    gens = [data_generator(root, m) for m in members]
-    rates = torch.tensor([float(m.get("lr", lr)) for m in members])
 
     def member_loss(p, b, data):
         return loss(lambda *inputs: functional_call(base, (p, b), inputs), data)
 
+    def current() -> list:
+        for i, model in enumerate(models):
+            model.load_state_dict({k: v[i].detach() for k, v in {**params, **buffers}.items()})
+        return models
+
     batched_loss = vmap(member_loss)
     state = {k: (torch.zeros_like(v), torch.zeros_like(v)) for k, v in params.items()}
-    history = np.empty((steps, len(members)))
-    for step in range(1, steps + 1):
-        draws = [batch(m, g) for m, g in zip(members, gens)]
-        data = tuple(torch.stack(parts) for parts in zip(*draws))
-        losses = batched_loss(params, buffers, data)
+    history = []
+    for step, batch in enumerate(data):
+        if on_step is not None:
+            on_step(step, current)
+        losses = batched_loss(params, buffers, batch)
         grads = torch.autograd.grad(losses.sum(), list(params.values()))
-        history[step - 1] = losses.detach().numpy()
+        history.append(losses.detach().cpu().numpy())
+        t = step + 1
+        rate, b = lr, betas
+        if schedule is not None:
+            rate, b1 = schedule(t)
+            b = (b1, betas[1])
         with torch.no_grad():
             if optimizer == "sgd":
                 for p, g in zip(params.values(), grads):
-                    p.sub_(rates.view(-1, *[1] * (p.dim() - 1)) * g)
+                    p.sub_((rate if isinstance(rate, float) else rate.view(-1, *[1] * (p.dim() - 1))) * g)
             else:
-                adam_step(list(params.values()), grads, [state[k] for k in params], step, rates, betas, eps)
-    return Trained(members, history, {k: v.detach() for k, v in params.items()}, buffers, models[0])
+                adam_step(list(params.values()), grads, [state[k] for k in params], t, rate, b, eps, weight_decay)
+    history = np.array(history, dtype=np.float64).reshape(-1, len(models))
+    return {k: v.detach() for k, v in params.items()}, buffers, history
 
 
 def adam_step(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor],

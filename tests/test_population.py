@@ -63,3 +63,38 @@ def test_members_draw_from_their_own_streams_and_leave_the_global_generator_alon
 def test_an_unknown_optimizer_is_refused():
     with pytest.raises(ValueError, match="optimizer"):
         pop.train(MEMBERS[:1], make, DRAW, pop.cross_entropy, steps=1, optimizer="lbfgs")
+
+
+def test_train_stacked_follows_a_schedule_with_weight_decay_as_torch_adamw_with_one_cycle_does():
+    member, steps, lr = MEMBERS[1], 12, 1e-2
+    model = pop.build(make, member, 0)
+    stacked_model = pop.build(make, member, 0)
+    initial = {k: v.detach().clone() for k, v in model.named_parameters()}
+    g = pop.data_generator(0, member)
+    batches = [DRAW(member, g) for _ in range(steps)]
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.25)
+    schedule = []
+    for data in batches:
+        schedule.append((opt.param_groups[0]["lr"], opt.param_groups[0]["betas"][0]))
+        value = pop.cross_entropy(model, data)
+        opt.zero_grad()
+        value.backward()
+        opt.step()
+        sched.step()
+    seen = []
+
+    def on_step(step, current):
+        if step == 0:   # before the first update the models hold their initial weights
+            assert close(dict(current()[0].named_parameters()), initial)
+        seen.append(step)
+
+    stacked = [tuple(part[None] for part in data) for data in batches]
+    params, _, losses = pop.train_stacked([stacked_model], iter(stacked), pop.cross_entropy, lr=lr,
+                                          weight_decay=0.01, schedule=lambda t: schedule[t - 1], on_step=on_step)
+    assert seen == list(range(steps)) and losses.shape == (steps, 1)
+    assert close({k: v[0] for k, v in params.items()}, dict(model.named_parameters()))
+    # the comparison can fail: at the schedule's peak rate throughout, the same loop trains another model
+    flat, _, _ = pop.train_stacked([pop.build(make, member, 0)], iter(stacked), pop.cross_entropy, lr=lr,
+                                   weight_decay=0.01)
+    assert not close({k: v[0] for k, v in flat.items()}, dict(model.named_parameters()))
