@@ -32,7 +32,7 @@ def companion(*args: str, root: Path = ROOT, timeout: float = 3600, env: dict | 
 #: ``tests/test_repo.py`` checks with these that none that starts a process leaves it out.
 INTEGRATION_FIXTURES = {"project", "default_book"}
 INTEGRATION_CALLS = ("companion(", "papermill(", "subprocess.", "execute_notebook(", "LocalCluster(",
-                     "Client(", "_scheduler(", "build_html(", "run_chapter(", "sync_playwright(")
+                     "Client(", "scheduler_address(", "build_html(", "run_chapter(", "sync_playwright(")
 
 
 def pytest_collection_modifyitems(config, items):

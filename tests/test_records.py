@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import companion
 
-from lib.pipeline import records
+from lib.pipeline import record_pages, records
 from lib.pipeline.chapters import Book
 
 pytestmark = pytest.mark.integration
@@ -111,17 +111,17 @@ def test_only_a_change_that_can_change_a_number_makes_the_record_stale(recorded)
     book = Book(recorded)
     ch = book.chapter("99")
     record = records.load(book, "paper", ch)
-    section = records.chapter_section(book, ch)
+    section = record_pages.chapter_section(book, ch)
     assert section.startswith("## At the `paper` profile")
     assert "The record is current" in section and "Stale" not in section and "Last confirmed: recomputed" in section
     assert 'class="claims-table"' in section and "<code>mean</code>" in section
     value = record["metrics"]["value"]
     assert f"| `value` | {records.format_value(value)} |" in section  # the recorded number, not a typed one
     assert "2/2 claims hold" in section
-    row = next(r for r in records.records_table(book).splitlines() if "chapters/99-fixture" in r)
+    row = next(r for r in record_pages.records_table(book).splitlines() if "chapters/99-fixture" in r)
     assert "| current (recomputed at commit" in row and "2/2 claims hold" in row
-    total = records.records_table(book).splitlines()[-1]
-    assert total.startswith("| all 1 recorded | ") and records._times(record["provenance"]) in total
+    total = record_pages.records_table(book).splitlines()[-1]
+    assert total.startswith("| all 1 recorded | ") and record_pages._times(record["provenance"]) in total
 
     # a comment, a docstring, a markdown cell, a ruff setting, a presentation module: current
     fixture = recorded / "lib" / "fixture_paper.py"
@@ -136,15 +136,15 @@ def test_only_a_change_that_can_change_a_number_makes_the_record_stale(recorded)
     with open(recorded / "lib" / "plotting.py", "a") as f:
         f.write("\n\ndef unused_style():\n    return 3\n")
     assert records.changes(book, ch, record) == []
-    assert "The record is current" in records.chapter_section(book, ch)
+    assert "The record is current" in record_pages.chapter_section(book, ch)
 
     # a constant in the paper's module: stale, naming the file; the other modules untouched
     edit(fixture, "scale + rng.standard_normal(n)", "scale + 1.0 * rng.standard_normal(n)")
     assert records.changes(book, ch, record) == ["lib/fixture_paper.py"]
-    section = records.chapter_section(book, ch)
+    section = record_pages.chapter_section(book, ch)
     assert "**Stale:**" in section and "lib/fixture_paper.py" in section
     assert f"{records.format_value(value)}" in section  # still shown, marked stale
-    row = next(r for r in records.records_table(book).splitlines() if "chapters/99-fixture" in r)
+    row = next(r for r in record_pages.records_table(book).splitlines() if "chapters/99-fixture" in r)
     assert "*stale* (lib/fixture_paper.py changed)" in row
     (recorded / "lib" / "unrelated_paper.py").write_text("X = 2\n")  # not imported by the chapter
     assert records.changes(book, ch, record) == ["lib/fixture_paper.py"]
@@ -353,7 +353,7 @@ def test_rekey_carries_a_record_whose_canary_agrees_and_keeps_one_whose_canary_d
     assert record["confirmed"]["method"] == "carried by canary" and record["confirmed"]["commit"] == head
     assert record["confirmed"]["canary_now"] == record["confirmed"]["canary_at_record"] == record["canary"]["digest"]
     book = Book(recorded)
-    assert f"carried by canary to commit `{head}`" in records.chapter_section(book, book.chapter("99"))
+    assert f"carried by canary to commit `{head}`" in record_pages.chapter_section(book, book.chapter("99"))
     status = companion("status", "--profile", "paper", root=recorded)
     assert "record: current (carried by canary" in status.stdout
 
@@ -424,19 +424,19 @@ def test_staged_book_renders_the_record_section_and_the_reproducing_table(record
     for name in ("_config.yml", "_toc.yml"):
         (recorded / name).write_text("{}\n")
     (recorded / "book" / "status.md").write_text("<!-- status-table -->\n")
-    (recorded / "book" / "reproducing.md").write_text(f"# Reproducing\n\n{records.TABLE_MARKER}\n")
+    (recorded / "book" / "reproducing.md").write_text(f"# Reproducing\n\n{record_pages.TABLE_MARKER}\n")
     dest = stage(Book(recorded), "paper")
     nb = json.loads((dest / "book/chapters/99-fixture.ipynb").read_text())
     ids = [c.get("id") for c in nb["cells"]]
     assert ids[-2:] == ["companion-record", "companion-downloads"]
     page = (dest / "book/reproducing.md").read_text()
-    assert records.TABLE_MARKER not in page and "[99 fixture](chapters/99-fixture.ipynb)" in page
+    assert record_pages.TABLE_MARKER not in page and "[99 fixture](chapters/99-fixture.ipynb)" in page
     assert (dest / "book/records/paper/99-fixture.json").exists()  # the page's download link resolves
 
 
 def test_a_chapter_without_a_record_says_not_yet_recorded(project):
     book = Book(project)
-    assert "Not yet recorded" in records.chapter_section(book, book.chapter("99"))
-    row = next(r for r in records.records_table(book).splitlines() if "chapters/99-fixture" in r)
+    assert "Not yet recorded" in record_pages.chapter_section(book, book.chapter("99"))
+    row = next(r for r in record_pages.records_table(book).splitlines() if "chapters/99-fixture" in r)
     assert "not yet recorded" in row
-    assert "| all " not in records.records_table(book)  # no total without a record
+    assert "| all " not in record_pages.records_table(book)  # no total without a record

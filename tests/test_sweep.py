@@ -66,13 +66,13 @@ def test_local_cluster_workers_run_one_thread_and_keep_glibcs_adaptive_malloc(mo
     not get Dask's MALLOC_TRIM_THRESHOLD_: each made the chapters' training loops several times
     slower on a worker than in the notebook."""
     from distributed import Client
-    from lib.pipeline.runner import THREAD_VARS, _scheduler
+    from lib.pipeline.cores import THREAD_VARS, scheduler_address
 
     for var in THREAD_VARS:  # what the runner exports for a chapter on two cores
         monkeypatch.setenv(var, "2")
     monkeypatch.delenv("COMPANION_SCHEDULER", raising=False)
     # a nanny writes its variables into its parent's environment too: undo the other tests'
     monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
-    with _scheduler("local:1") as address, Client(address) as client:
+    with scheduler_address("local:1") as address, Client(address) as client:
         env = client.submit(worker_environment, pure=False).result()
     assert env == {"MALLOC_TRIM_THRESHOLD_": None, "OMP_NUM_THREADS": "1", "torch": 1}

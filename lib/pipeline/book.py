@@ -21,11 +21,11 @@ from html import escape
 from pathlib import Path
 
 from lib.claims import counts, format_value, status_of
-from lib.pipeline import citing, records
+from lib.pipeline import citing, record_pages, records
 from lib.pipeline import profile as profiles
 from lib.pipeline.chapters import Book, UsageError
 from lib.pipeline.jb_guard import STAGE_MARKER
-from lib.pipeline.runner import stored
+from lib.pipeline.cache import stored
 from lib.provenance import git_commit
 from lib.render import badge, control_text, discrimination_text, power_text
 
@@ -173,12 +173,12 @@ def stage(book: Book, profile: str) -> Path:
         shutil.copyfile(run / "results.json", files / "results.json")
         _zip_figures(run / "figures", files / "figures.zip")
         nb = publishable(json.loads(executed.read_text()), ch.slug, stored(run) or {})
-        nb["cells"].insert(-1, records.section_cell(book, ch))  # before Downloads
+        nb["cells"].insert(-1, record_pages.section_cell(book, ch))  # before Downloads
         (dest / "book" / "chapters" / f"{ch.slug}.ipynb").write_text(json.dumps(nb, indent=1))
     (dest / STAGE_MARKER).write_text("staged by companion build\n")
     status = dest / "book" / "status.md"
     status.write_text(status.read_text().replace(STATUS_MARKER, status_markdown(book, profile)))
-    records.stage_pages(book, dest)
+    record_pages.stage_pages(book, dest)
     citing.stage_page(book, dest, git_commit(book.root))
     profiles.stage_page(book, dest)
     return dest

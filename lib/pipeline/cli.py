@@ -34,9 +34,10 @@ from pathlib import Path
 
 from lib.claims import tally
 from lib.pipeline.chapters import PROFILES, Book, UsageError, quote
-from lib.pipeline import records
-from lib.pipeline.runner import (CLAIM_FAILED, EXEC_FAILED, OK, USAGE, RunResult, check_scheduler, is_fresh,
-                                 output_dir, resolve, run_many, stored)
+from lib.pipeline import record_commands, record_pages, records
+from lib.pipeline.cache import is_fresh, stored
+from lib.pipeline.cores import check_scheduler
+from lib.pipeline.runner import CLAIM_FAILED, EXEC_FAILED, OK, USAGE, RunResult, output_dir, resolve, run_many
 
 
 class _Parser(argparse.ArgumentParser):
@@ -273,7 +274,7 @@ def cmd_status(book: Book, args) -> int:
     (current, stale and what changed, or none)."""
     print(f"profile {args.profile} (runs in {book.build_dir / 'runs' / args.profile}, records in "
           f"book/records/{args.profile}; --profile quick|default|paper for another)")
-    states = records.record_states(book, args.profile)
+    states = record_pages.record_states(book, args.profile)
     for ch in book.chapters():
         params = resolve(book, ch, args.profile, {})
         fresh, doc = is_fresh(book, ch, params, book.run_dir(args.profile, ch))
@@ -399,7 +400,8 @@ def cmd_profile(book: Book, args) -> int:
 
 COMMANDS = {"list": cmd_list, "run": cmd_run, "params": cmd_params, "status": cmd_status, "build": cmd_build,
             "seeds": cmd_seeds, "bench": cmd_bench, "strip": cmd_strip, "clean": cmd_clean,
-            "record": records.cmd_record, "verify": records.cmd_verify, "rekey": records.cmd_rekey,
+            "record": record_commands.cmd_record, "verify": record_commands.cmd_verify,
+            "rekey": record_commands.cmd_rekey,
             "profile": cmd_profile}
 
 

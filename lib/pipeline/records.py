@@ -6,11 +6,10 @@ imported, machine, wall and CPU time) into ``book/records/<profile>/<slug>.json`
 fingerprint of every input the cache key covers (``inputs``), so that a record whose key no
 longer matches the current code can say what changed. Records are data: no notebook, no figure.
 
-The book build shows each chapter's ``paper`` record on the chapter's page ("At the `paper`
-profile") and in the reproducing page's table, marked *stale* (and why) when the code, the
-notebook, the environment or the profile's parameters changed since, and "not yet recorded"
-where there is none. ``companion verify`` reruns a recorded chapter with the record's parameters
-and compares the verdicts of its claims and its metrics with the record.
+This module is the record itself: making and writing it, what changed since (``changes``),
+comparing a run with it (``compare``, ``exactness``), its canary and carrying it across a
+refactor (``rekey``). What the book shows of records is :mod:`lib.pipeline.record_pages`; the
+``record``, ``verify`` and ``rekey`` commands are :mod:`lib.pipeline.record_commands`.
 """
 
 from __future__ import annotations
@@ -24,22 +23,19 @@ import platform
 import shutil
 import subprocess
 from datetime import UTC, datetime
-from html import escape
 from pathlib import Path
 
-from lib.claims import format_value, status_of, tally
+from lib.claims import format_value, status_of
 from lib.pipeline.chapters import Book, ChapterSource, UsageError
 from lib import digests
-from lib.pipeline.runner import ENV_FILES, is_fresh, resolve
-from lib.render import ClaimsTable
+from lib.pipeline.cache import ENV_FILES, is_fresh
+from lib.pipeline.runner import resolve
 
 RECORD_VERSION = 2
 #: Records written before the syntax-tree digests: read and shown, stale until rekeyed.
 OLD_VERSIONS = (1,)
 #: The profile the book's pages show records of.
 SHOWN = "paper"
-#: Placeholder in book/reproducing.md replaced by the table of records.
-TABLE_MARKER = "<!-- paper-records -->"
 #: Metrics that are wall-clock measurements: they differ between any two runs.
 TIMINGS = "timings"
 #: How far a rerun's metric may move and still agree with a record made on another CPU model or
@@ -49,8 +45,6 @@ RTOL, ATOL = 1e-6, 1e-12
 #: The canary: the profile whose run stands for a record's numbers when it is carried across a
 #: refactor (`companion rekey`).
 CANARY = "quick"
-#: Metrics shown on a chapter page (the record keeps them all).
-SHOWN_METRICS = 24
 #: How a record was last confirmed.
 RECOMPUTED, CARRIED = "recomputed", "carried by canary"
 #: The numerical libraries whose versions, with the CPU model, decide whether verify is exact.
@@ -362,218 +356,6 @@ def _exact(value, exact: bool) -> str:
     return repr(value) if exact and isinstance(value, float) else format_value(value)
 
 
-# -- pages ----------------------------------------------------------------------------------
-def _minutes(seconds) -> str:
-    return "—" if seconds is None else f"{seconds / 60:.1f} min"
-
-
-def _misses(claims: list[dict]) -> str:
-    """The claims that did not hold, each with its word ('`x` (FAILS), `y` (not tested)')."""
-    missed = [f"`{c['id']}` ({status_of(c)})" for c in claims if c.get("holds") is False]
-    return ("not holding: " + ", ".join(missed)) if missed else ""
-
-
-def _times(prov: dict) -> str:
-    cpu = _minutes(prov.get("cpu_s")) if prov.get("cpu_s") is not None else "not measured"
-    return f"{_minutes(prov.get('runtime_s'))} wall, CPU time {cpu}"
-
-
-def _where(prov: dict) -> str:
-    m = prov.get("machine") or {}
-    isa = f", {m['isa']}" if m.get("isa") else ""
-    return (f"commit `{prov.get('git')}`, {str(prov.get('started'))[:10]}, {prov.get('threads')} threads on "
-            f"{m.get('cpu', '?')} ({m.get('cores', '?')} cores{isa})")
-
-
-def confirmation(record: dict) -> str:
-    """How the record was last confirmed: recomputed, or carried by a canary (and from where)."""
-    c = record.get("confirmed")
-    if not c:
-        return f"recomputed at commit `{record['provenance'].get('git')}`"
-    if c["method"] == CARRIED:
-        return (f"carried by canary to commit `{c['commit']}` from `{c['from_commit']}` on {c['date'][:10]} "
-                f"(its `{CANARY}` run gives the same claims and metrics at both)")
-    return f"recomputed at commit `{c['commit']}` on {c['date'][:10]}"
-
-
-def _metrics_table(metrics: dict) -> str:
-    """The record's named numbers (arrays and timings stay in the record)."""
-    flat = {k: v for k, v in flatten({k: v for k, v in metrics.items() if k != TIMINGS}, lists=False).items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    if not flat:
-        return ""
-    names = {k: k.replace("|", "\\|") for k in flat}  # a pipe would end the table cell
-    rows = [f"| `{names[k]}` | {format_value(v)} |" for k, v in list(flat.items())[:SHOWN_METRICS]]
-    more = len(flat) - SHOWN_METRICS
-    tail = ["", f"{more} more numbers in the record."] if more > 0 else []
-    return "\n".join(["| metric | value |", "|---|---:|", *rows, *tail])
-
-
-def chapter_section(book: Book, chapter: ChapterSource, profile: str = SHOWN) -> str:
-    """The Markdown of a chapter page's "At the `paper` profile" section, from its record."""
-    head = f"## At the `{profile}` profile\n\n"
-    record = load(book, profile, chapter)
-    if record is None:
-        return head + (f"Not yet recorded: no `{profile}` run of this chapter has been recorded "
-                       f"(`companion run {chapter.number} --profile {profile}`, then "
-                       f"`companion record {chapter.number} --profile {profile}`).")
-    changed = changes(book, chapter, record)
-    state = (f"**Stale:** this record no longer matches the current code and profile (changed: "
-             f"{escape(', '.join(changed))}); its numbers are those of the recorded run."
-             if changed else "The record is current: nothing that can change its numbers (the notebook's "
-                             "code, the source files it ran, the installed packages, the profile's "
-                             "parameters) has changed since.")
-    state += f" Last confirmed: {confirmation(record)}."
-    table = ClaimsTable(record["claims"])
-    # wide: it scrolls inside a labelled region that the keyboard can reach (axe-core)
-    claims = (f'<div role="region" aria-label="claims of the recorded {profile} run" tabindex="0" '
-              f'style="overflow-x:auto">{table._repr_html_()}</div>')
-    return "\n\n".join(filter(None, [
-        head + f"From the recorded `{profile}` run: {tally(record['claims'])}.", state, claims,
-        _metrics_table(record.get("metrics", {})),
-        f"The run: {_times(record['provenance'])}; {_where(record['provenance'])}. "
-        f"{{download}}`The record <../records/{profile}/{chapter.slug}.json>` holds every number; "
-        f"`companion verify {chapter.number} --profile {profile}` reruns the chapter and compares."]))
-
-
-def records_table(book: Book, profile: str = SHOWN) -> str:
-    """The reproducing page's table: one row per chapter, from its record."""
-    rows = ["| chapter | time | claims | record |", "|---|---|---|---|"]
-    recorded: list[dict] = []
-    for ch in book.chapters():
-        link = f"[{ch.number} {ch.slug[3:].replace('-', ' ')}](chapters/{ch.slug}.ipynb)"
-        record = load(book, profile, ch)
-        if record is None:
-            rows.append(f"| {link} | — | — | not yet recorded |")
-            continue
-        recorded.append(record["provenance"])
-        stale = changes(book, ch, record)
-        state = f"*stale* ({escape(', '.join(stale))} changed)".replace("|", "\\|") if stale else "current"
-        state += f" ({confirmation(record)})".replace("|", "\\|")
-        claims = "; ".join(filter(None, [tally(record["claims"]), _misses(record["claims"])]))
-        rows.append(f"| {link} | {_times(record['provenance'])} | {claims} | {state}: "
-                    f"{_where(record['provenance'])} |")
-    if recorded:
-        rows.append(f"| all {len(recorded)} recorded | {_times(_total(recorded))} | | the rows summed |")
-    return "\n".join(rows)
-
-
-def _total(provs: list[dict]) -> dict:
-    """The recorded runs' wall and CPU time summed (CPU time only if every run measured it)."""
-    cpu = [p.get("cpu_s") for p in provs]
-    return {"runtime_s": sum(p.get("runtime_s") or 0.0 for p in provs),
-            "cpu_s": None if None in cpu else sum(cpu)}
-
-
-def stage_pages(book: Book, dest: Path) -> None:
-    """Fill the staged reproducing page's table of records (when it has the marker)."""
-    page = dest / "book" / "reproducing.md"
-    if page.exists() and TABLE_MARKER in page.read_text():
-        page.write_text(page.read_text().replace(TABLE_MARKER, records_table(book)))
-
-
-def section_cell(book: Book, chapter: ChapterSource) -> dict:
-    return {"cell_type": "markdown", "id": "companion-record", "metadata": {},
-            "source": chapter_section(book, chapter)}
-
-
-# -- commands -------------------------------------------------------------------------------
-def _select(book: Book, keys: list[str]) -> list[ChapterSource]:
-    """The chapters named on the command line (as the CLI selects them; 'all' for every one)."""
-    return book.chapters() if keys == ["all"] else [book.chapter(k) for k in keys]
-
-
-def _report(r) -> None:
-    """One line per rerun, as `companion run` prints it (the notebook's error when it failed)."""
-    import sys as _sys
-
-    tag = {"cached": "cached", "ran": "ran", "failed": "FAILED"}[r.status]
-    line = f"{r.chapter.slug} [{r.profile}] {tag} ({r.runtime_s:.1f}s)"
-    print(line + (f": {tally(r.results.get('claims', []))} → {r.out_dir}" if r.status != "failed" else ""),
-          flush=True)
-    if r.status == "failed":
-        print(r.message, file=_sys.stderr, flush=True)
-
-
-def cmd_record(book: Book, args) -> int:
-    """`companion record CH... --profile P [--from DIR]`: writes book/records/P/<slug>.json and
-    nothing else, with the chapter's canary (its `quick` run, cached when the code is unchanged)."""
-    chapters = _select(book, args.chapters)
-    if args.from_dir and len(chapters) > 1:
-        raise UsageError("--from takes one chapter at a time")
-    made = [(ch, make_record(book, ch, args.profile, args.from_dir)) for ch in chapters]  # all checked first
-    for ch, record in made:
-        record["canary"] = _canary_entry(canary(book, ch))
-        path = write(book, record)
-        print(f"{record['chapter']} [{args.profile}] recorded at commit {record['provenance']['git']}: "
-              f"{tally(record['claims'])} → {path.relative_to(book.root)}")
-    return 0
-
-
-def _rerun(book: Book, chapters, records_: dict, profile: str, scheduler) -> list:
-    from lib.pipeline.runner import run_tasks
-
-    for ch in chapters:
-        if changed := changes(book, ch, records_[ch.slug]):
-            print(f"{ch.slug}: the record is stale (changed: {', '.join(changed)}); "
-                  f"rerunning the current code with the record's parameters")
-    tasks = [(ch, records_[ch.slug]["parameters"], book.build_dir / "verify" / profile / ch.slug)
-             for ch in chapters]
-    return run_tasks(book, tasks, profile, True, 1, scheduler, _report)  # forced: every point computed
-
-
-def cmd_verify(book: Book, args) -> int:
-    """`companion verify CH... --profile P [--run DIR]`: rerun each recorded chapter with the
-    record's parameters (forced, every sweep point computed, into _build/verify/), or read the run
-    in DIR, and compare with its record: exactly on the record's CPU model and library versions,
-    within RTOL otherwise. 0 agree, 2 differ, 1 a rerun failed, 64 bad usage."""
-    from lib import results
-    from lib.pipeline.runner import CLAIM_FAILED, EXEC_FAILED, OK
-
-    chapters = _select(book, args.chapters)
-    if args.run and len(chapters) > 1:
-        raise UsageError("--run takes one chapter at a time")
-    records_ = {}
-    for ch in chapters:
-        records_[ch.slug] = load(book, args.profile, ch)
-        if records_[ch.slug] is None:
-            raise UsageError(f"{ch.slug} has no {args.profile} record to verify "
-                             f"({record_path(book, args.profile, ch).relative_to(book.root)}; "
-                             f"`companion record {ch.number} --profile {args.profile}` makes one)")
-    if args.run:
-        ch = chapters[0]
-        doc = results.read(args.run)
-        if doc is None or doc.get("chapter") != ch.slug:
-            raise UsageError(f"--run {args.run}: no run of {ch.slug} there (no results.json of it)")
-        if doc.get("parameters") != records_[ch.slug]["parameters"]:
-            raise UsageError(f"--run {args.run}: that run's parameters are not the record's")
-        fresh, _ = is_fresh(book, ch, doc["parameters"], Path(args.run))
-        print(f"{ch.slug}: comparing the run in {args.run} (" +
-              ("of the current code" if fresh else "NOT of the current code: it shows what that run computed")
-              + ") with the record, without recomputing")
-        pairs = [(ch, doc)]
-    else:
-        runs = _rerun(book, chapters, records_, args.profile, args.scheduler)
-        if any(r.exit_code == EXEC_FAILED for r in runs):
-            return EXEC_FAILED
-        pairs = [(r.chapter, r.results) for r in runs]
-    code = OK
-    for ch, doc in pairs:
-        exact, how = exactness(book, records_[ch.slug])
-        diffs = compare(records_[ch.slug], doc, exact)
-        if not diffs:
-            print(f"{ch.slug} [{args.profile}] agrees with its record ({len(doc.get('claims', []))} claims "
-                  f"and the metrics {how})")
-            continue
-        code = CLAIM_FAILED
-        print(f"{ch.slug} [{args.profile}] differs from its record in {len(diffs)} place(s), {how}:")
-        for line in diffs[:20]:
-            print(f"  {line}")
-        if len(diffs) > 20:
-            print(f"  … and {len(diffs) - 20} more")
-    return code
-
-
 @contextlib.contextmanager
 def _worktree(book: Book, commit: str):
     """A clean checkout of ``commit`` in a temporary folder (``git worktree``), removed after."""
@@ -664,36 +446,3 @@ def rekey(book: Book, chapter: ChapterSource, profile: str) -> tuple[bool, str]:
     write(book, carried)
     return True, (f"carried by canary from commit {commit} to {head_commit} (canary {now['digest']} at both; "
                   f"changed: {', '.join(changed)})")
-
-
-def cmd_rekey(book: Book, args) -> int:
-    """`companion rekey CH... [--profile paper]`: for each stale record, run the chapter's canary
-    (its `quick` run) on the current code and compare its claims and metrics with the canary stored
-    with the record, or, for a record without one, with the canary run at the record's commit (a
-    `git worktree` checkout). Equal: the record is carried to the current code, with the commit
-    and both canaries' digests as evidence. Otherwise it stays stale. 0 every record current or
-    carried, 2 some stay stale, 64 bad usage."""
-    chapters = _select(book, args.chapters)
-    for ch in chapters:  # every record exists before any canary runs
-        if load(book, args.profile, ch) is None:
-            raise UsageError(f"{ch.slug} has no {args.profile} record to rekey")
-    code = 0
-    for ch in chapters:
-        ok, what = rekey(book, ch, args.profile)
-        print(f"{ch.slug} [{args.profile}]: {what}", flush=True)
-        code = code if ok else 2
-    return code
-
-
-def record_states(book: Book, profile: str) -> dict[str, str]:
-    """Each chapter's record at ``profile``: 'current', 'stale (what changed)' or 'none'."""
-    states = {}
-    for ch in book.chapters():
-        record = load(book, profile, ch)
-        if record is None:
-            states[ch.slug] = "none"
-        elif changed := changes(book, ch, record):
-            states[ch.slug] = f"stale ({', '.join(changed)})"
-        else:
-            states[ch.slug] = f"current ({confirmation(record).replace('`', '')})"
-    return states

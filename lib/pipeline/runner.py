@@ -9,18 +9,14 @@ complete, so a failed or killed run never leaves a half-written result, and a us
 folder is never replaced. Two runs into one folder take turns (a lock beside it). A cached run
 counts only while its folder still matches its manifest.
 
-The cache key hashes the notebook's cells, the resolved parameters, the pinned environment and
-the contents of the ``lib/`` and ``kernels/`` source files the chapter actually imported. Those
-files are recorded at run time by a last, hidden cell (a depfile, as a build system keeps), so
-editing one paper's module re-runs only the chapters that import it, while the shared modules
-(claims, plotting, chapter) invalidate every chapter.
+Whether a run is cached is :mod:`lib.pipeline.cache`; the cores and the Dask cluster a run's
+sweeps use are :mod:`lib.pipeline.cores`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import os
 import re
@@ -33,13 +29,14 @@ from pathlib import Path
 
 from lib import results
 from lib.claims import failing
-from lib.outputs import MARKER, CommitError, UnsafeOutput, check_output, commit, left_in_place, mark, verify
+from lib.outputs import MARKER, CommitError, UnsafeOutput, check_output, commit, left_in_place, mark
+from lib.pipeline.cache import (DEPFILE, _depfile_cell, _sha, cache_key, environment_fingerprint, is_fresh,
+                                notebook_fingerprint, stored)
 from lib.pipeline.chapters import Book, ChapterSource, UsageError
-from lib.run import THREADS_ENV, RunContext, requested_threads
+from lib.pipeline.cores import check_scheduler, scheduler_address, set_threads
+from lib.run import RunContext, requested_threads
 from lib.provenance import environment, git_commit
 
-ENV_FILES = ("constraints.txt", "pyproject.toml")
-DEPFILE = "deps.json"
 KERNEL_LOG = ".kernel.log"
 
 # Exit codes of `companion run` (docs/design.md).
@@ -60,67 +57,6 @@ class RunResult:
     @property
     def failed_claims(self) -> list[dict]:
         return failing(self.results.get("claims", []))
-
-
-def _sha(*parts: bytes) -> str:
-    h = hashlib.sha256()
-    for p in parts:
-        h.update(hashlib.sha256(p).digest())
-    return h.hexdigest()
-
-
-def notebook_fingerprint(path: Path) -> bytes:
-    """The notebook's cells (type, tags, source) without outputs or volatile metadata."""
-    nb = json.loads(path.read_text())
-    cells = [(c["cell_type"], sorted(c.get("metadata", {}).get("tags", [])), "".join(c["source"]))
-             for c in nb["cells"]]
-    return json.dumps(cells).encode()
-
-
-def environment_fingerprint(root: Path) -> bytes:
-    parts = [sys.version.encode()]
-    for name in ENV_FILES:
-        p = root / name
-        parts.append(p.read_bytes() if p.exists() else b"")
-    return b"\0".join(parts)
-
-
-def cache_key(book: Book, chapter: ChapterSource, params: dict, deps: list[str]) -> str:
-    dep_parts = []
-    for rel in sorted(deps):
-        p = book.root / rel
-        dep_parts.append(rel.encode() + b"\0" + (p.read_bytes() if p.exists() else b"<missing>"))
-    return _sha(notebook_fingerprint(chapter.path), json.dumps(params, sort_keys=True).encode(),
-                environment_fingerprint(book.root), *dep_parts)
-
-
-def _depfile_cell(root: Path) -> dict:
-    src = (  # the run's deps (the kernel's imports, its sweeps' workers' and closures) and sweeps
-        "import json as _json\n"
-        "from lib.run import run_summary as _run_summary\n"
-        f"_json.dump(_run_summary({str(root.resolve())!r}), open({DEPFILE!r}, 'w'))\n"
-    )
-    return {"cell_type": "code", "execution_count": None, "id": "companion-depfile",
-            "metadata": {"tags": ["remove-cell"]}, "outputs": [], "source": src}
-
-
-def stored(out_dir: Path) -> dict | None:
-    """The results.json document of the run in ``out_dir`` (lib.results), or None."""
-    return results.read(out_dir)
-
-
-def is_fresh(book: Book, chapter: ChapterSource, params: dict, out_dir: Path) -> tuple[bool, dict | None]:
-    """Whether ``out_dir`` holds a complete run with the same cache key."""
-    doc = stored(out_dir)
-    if not doc:
-        return False, None
-    if not verify(out_dir):  # results.json edited, figures or notebook gone: not the run's result
-        return False, None
-    prov = doc.get("provenance", {})
-    deps = prov.get("deps")
-    if deps is None or "cache_key" not in prov:
-        return False, doc
-    return prov["cache_key"] == cache_key(book, chapter, params, deps), doc
 
 
 def _exit_code(doc: dict) -> int:
@@ -184,7 +120,6 @@ def _pid_alive(pid: int) -> bool:
 
 def _error_summary(exc: Exception) -> str:
     """The notebook's own error: exception name, value and the last lines of its traceback."""
-    import re
 
     text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()
     lines = [ln for ln in text.splitlines() if ln.strip()]
@@ -342,16 +277,6 @@ def _execute(book: Book, chapter: ChapterSource, profile: str, params: dict, out
     return RunResult(chapter, profile, out_dir, "ran", _exit_code(doc), runtime, doc)
 
 
-THREAD_VARS = (THREADS_ENV, "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-               "NUMBA_NUM_THREADS")
-
-
-def set_threads(threads: int) -> None:
-    """Thread count for the kernels started from now on (torch, BLAS, OpenMP, numba)."""
-    for var in THREAD_VARS:
-        os.environ[var] = str(threads)
-
-
 def run_many(book: Book, chapters: list[ChapterSource], profile: str, overrides: dict, out: Path | None,
              force: bool, jobs: int, scheduler: str | None, report) -> list[RunResult]:
     """Run chapters, ``jobs`` at a time with the cores split between them; ``report`` is
@@ -372,80 +297,8 @@ def run_tasks(book: Book, tasks: list[tuple[ChapterSource, dict, Path | None]], 
     jobs = max(1, min(jobs, len(tasks)))
     # The cores are split between parallel chapters; COMPANION_THREADS, when set, wins.
     set_threads(requested_threads() or max(1, (os.cpu_count() or 1) // jobs))
-    with _scheduler(scheduler) as address:
+    with scheduler_address(scheduler) as address:
         return _run_tasks(book, tasks, profile, force, jobs, report, address)
-
-
-WORKER_ENVIRON = "distributed.nanny.pre-spawn-environ"
-
-
-def worker_environ() -> dict:
-    """The environment Dask's nanny gives a worker process, less ``MALLOC_TRIM_THRESHOLD_``.
-    Setting that variable at all turns off glibc's adaptive mmap threshold, so every tensor
-    above 128 KiB is mapped and unmapped afresh; the chapters' training loops, which allocate
-    such tensors at every step, then run about three times slower in a worker than in the
-    notebook (measured on chapter 03's λ sweep: 16 against 5.5 ms per step). Workers started by
-    hand get the same change from ``config/dask/workers.yaml``; the runner does not read that
-    file, because an installed package (or a copy of the chapters and ``lib``) does not have it."""
-    import dask
-
-    return {k: v for k, v in dask.config.get(WORKER_ENVIRON, {}).items()
-            if k != "MALLOC_TRIM_THRESHOLD_"}
-
-
-_ADDRESS = re.compile(r"(?:(?:tcp|tls)://)?(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):(\d{1,5})")
-
-
-def _local_workers(scheduler: str) -> int | None:
-    """N of ``local`` / ``local:N`` (None for an address); UsageError for a bad N."""
-    if not (scheduler == "local" or scheduler.startswith("local:")):
-        return None
-    try:
-        workers = int(scheduler.partition(":")[2] or os.cpu_count() or 1)
-        if not 1 <= workers <= 1024:
-            raise ValueError
-    except ValueError:
-        raise UsageError(f"--scheduler {scheduler}: expected local or local:N with N from 1 to 1024") from None
-    return workers
-
-
-def check_scheduler(scheduler: str | None, timeout: float = 5.0) -> None:
-    """Refuse, before any kernel starts, a --scheduler that is neither ``local[:N]`` nor the
-    address of a scheduler that answers (a TCP connection within ``timeout`` seconds)."""
-    import socket
-
-    if not scheduler or _local_workers(scheduler) is not None:
-        return
-    m = _ADDRESS.fullmatch(scheduler)
-    if not m or not 0 < int(m.group(2)) < 65536:
-        raise UsageError(f"--scheduler {scheduler}: expected local, local:N or an address like tcp://host:8786")
-    host = m.group(1).strip("[]")
-    try:
-        socket.create_connection((host, int(m.group(2))), timeout=timeout).close()
-    except OSError as exc:
-        raise UsageError(f"--scheduler {scheduler}: no scheduler answers there "
-                         f"({exc.strerror or type(exc).__name__})") from None
-
-
-@contextlib.contextmanager
-def _scheduler(scheduler: str | None):
-    """The Dask scheduler address the chapters' sweeps go to: an address as given, or for
-    ``local[:N]`` that of a LocalCluster of N worker processes (default: one per core) started
-    for this run; None without a scheduler."""
-    workers = _local_workers(scheduler) if scheduler else None
-    if workers is None:
-        yield scheduler or None
-        return
-    import dask
-    from distributed import LocalCluster
-
-    # one thread per worker: the count exported for the chapters' kernels (which the workers
-    # would inherit, and which beats Dask's own setting) would oversubscribe the cores
-    with dask.config.set({WORKER_ENVIRON: worker_environ()}), \
-            LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-                         dashboard_address=None, env={var: "1" for var in THREAD_VARS}) as cluster:
-        print(f"started a local Dask cluster with {workers} workers at {cluster.scheduler_address}", flush=True)
-        yield cluster.scheduler_address
 
 
 def _run_tasks(book: Book, tasks, profile: str, force: bool, jobs: int, report,
