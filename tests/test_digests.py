@@ -129,7 +129,7 @@ def test_the_chapter_09_population_is_in_its_sweep_functions_closure():
 
     closure = digests.import_closure(digests.function_files(experiments.run_mqar_replicates), ROOT)
     assert "lib/ess/population.py" in closure
-    assert {"kernels/swr/compiled.py", "kernels/swr/chunk.py"} & set(
+    assert {"kernels/swr/compiled/__init__.py", "kernels/swr/chunk.py"} & set(
         digests.import_closure([ROOT / "lib/ess/operators.py"], ROOT))
 
 

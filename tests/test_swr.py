@@ -341,9 +341,9 @@ def test_threads_follow_torch_above_the_threshold(monkeypatch):
     previous = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
-        monkeypatch.setattr(compiled, "MIN_PARALLEL_WORK", x.numel() + 1)
+        monkeypatch.setattr(compiled.threads, "MIN_PARALLEL_WORK", x.numel() + 1)
         y_small = swr(a, x, impl="compiled")
-        monkeypatch.setattr(compiled, "MIN_PARALLEL_WORK", x.numel())
+        monkeypatch.setattr(compiled.threads, "MIN_PARALLEL_WORK", x.numel())
         y_big = swr(a, x, impl="compiled")
     finally:
         torch.set_num_threads(previous)
@@ -352,8 +352,8 @@ def test_threads_follow_torch_above_the_threshold(monkeypatch):
 
 @needs_compiled
 def test_recycled_outputs_are_never_live(monkeypatch):
-    monkeypatch.setattr(compiled, "RECYCLE_MIN_BYTES", 1000)
-    monkeypatch.setattr(compiled, "_recycled", [])
+    monkeypatch.setattr(compiled.buffers, "RECYCLE_MIN_BYTES", 1000)
+    monkeypatch.setattr(compiled.buffers, "_recycled", [])
     a, x = _inputs(1, 2, 100, 4)
     y1 = swr(a, x, impl="compiled")
     first = y1.data_ptr()
