@@ -398,3 +398,38 @@ def test_seeds_names_skipped_and_declared_claims_in_words():
     assert claim_line(claims["later"], [0, 1], "quick") == "skipped at quick on every seed"
     assert claim_line(claims["contra"], [0, 1], "quick") == "fails (declared) 2/2"
     assert claims["contra"]["failed"] == 0  # a declared failure does not fail the sweep
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("argv", [["run", "99", "--profile", "quick", "-p", "n", "5"],
+                                  ["run", "99", "--profile", "quick", "--dry-run"],
+                                  ["seeds", "99", "--seeds", "0-2", "--profile", "quick"]])
+def test_a_run_request_is_resolved_once_and_flows_one_way(project, monkeypatch, argv):
+    """From the parser to the kernel, one route: each run's parameters are resolved and its
+    folder checked once (runner.plan), and the planned request is what reaches run_chapter."""
+    from lib.pipeline import cli, runner
+
+    monkeypatch.setenv("COMPANION_ROOT", str(project))
+    calls = {"resolve": 0, "output_dir": 0}
+    def counting(name, real):
+        def counted(*a, **kw):
+            calls[name] += 1
+            return real(*a, **kw)
+        return counted
+
+    for name in calls:
+        monkeypatch.setattr(runner, name, counting(name, getattr(runner, name)))
+    reached = []
+    monkeypatch.setattr(runner, "run_chapter", lambda book, request, progress=True, scheduler=None:
+                        reached.append(request) or runner.RunResult(request.chapter, request.profile,
+                                                                    request.out_dir, "ran", 0))
+    assert cli.main(argv) == 0
+    runs = 3 if argv[0] == "seeds" else 1
+    assert calls == {"resolve": runs, "output_dir": runs}
+    if "--dry-run" in argv:
+        assert reached == []
+    else:
+        assert len(reached) == runs and all(isinstance(r, runner.RunRequest) for r in reached)
+        if argv[0] == "run":
+            assert reached[0].params["n"] == 5
+            assert reached[0].out_dir == project / "_build" / "runs" / "quick" / "99-fixture"

@@ -37,7 +37,7 @@ from lib.pipeline.chapters import PROFILES, Book, UsageError, quote
 from lib.pipeline import record_commands, record_pages, records
 from lib.pipeline.cache import is_fresh, stored
 from lib.pipeline.cores import check_scheduler
-from lib.pipeline.runner import CLAIM_FAILED, EXEC_FAILED, OK, USAGE, RunResult, output_dir, resolve, run_many
+from lib.pipeline.runner import CLAIM_FAILED, EXEC_FAILED, OK, USAGE, RunResult, plan_all, resolve, run
 
 
 class _Parser(argparse.ArgumentParser):
@@ -208,25 +208,6 @@ def cmd_list(book: Book, args) -> int:
     return OK
 
 
-def _check_outputs(book: Book, chapters, profile: str, out: str | None) -> None:
-    """Refuse, before anything runs, an output folder a run may not write (lib.outputs) or one
-    whose parent cannot be created and written."""
-    import tempfile
-
-    if out is not None and len(chapters) > 1:
-        raise UsageError("--out takes one chapter at a time")
-    for ch in chapters:
-        path = output_dir(book, ch, profile, out)
-        if out is None:
-            continue
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryFile(dir=path.parent):
-                pass
-        except OSError as exc:
-            raise UsageError(f"--out {out}: cannot write there ({exc.strerror or exc}: {exc.filename})") from None
-
-
 def cmd_params(book: Book, args) -> int:
     import yaml
 
@@ -240,19 +221,14 @@ def cmd_params(book: Book, args) -> int:
 
 def cmd_run(book: Book, args) -> int:
     overrides = dict(args.param)
-    chapters = _select(book, args.chapters)
-    for ch in chapters:
-        resolve(book, ch, args.profile, overrides)
-    _check_outputs(book, chapters, args.profile, args.out)
-    check_scheduler(args.scheduler)
+    requests = plan_all(book, _select(book, args.chapters), args.profile, overrides, args.out, args.force)
     if args.dry_run:
-        for ch in chapters:
-            params = resolve(book, ch, args.profile, overrides)
-            print(f"{ch.slug} [{args.profile}]: " + ", ".join(f"{k}={v!r}" for k, v in params.items()))
-            print(f"  expected: {_expected_time(book, ch, args.profile, overrides)}")
+        check_scheduler(args.scheduler)
+        for r in requests:
+            print(f"{r.chapter.slug} [{r.profile}]: " + ", ".join(f"{k}={v!r}" for k, v in r.params.items()))
+            print(f"  expected: {_expected_time(book, r.chapter, r.profile, overrides)}")
         return OK
-    return _exit(run_many(book, chapters, args.profile, overrides, args.out, args.force,
-                          args.jobs, args.scheduler, _report))
+    return _exit(run(book, requests, args.jobs, args.scheduler, _report))
 
 
 def _expected_time(book: Book, chapter, profile: str, overrides: dict) -> str:
@@ -290,8 +266,8 @@ def cmd_status(book: Book, args) -> int:
 def cmd_build(book: Book, args) -> int:
     from lib.pipeline.book import build_html
 
-    results = run_many(book, book.chapters(), args.profile, {}, None, args.force, args.jobs,
-                       None, _report)
+    results = run(book, plan_all(book, book.chapters(), args.profile, force=args.force), args.jobs,
+                  report=_report)
     code = _exit(results)
     if code == EXEC_FAILED:
         print("not building the book: a chapter failed", file=sys.stderr)

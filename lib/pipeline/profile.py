@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 
 from lib.pipeline.chapters import Book, ChapterSource, UsageError
-from lib.pipeline.runner import EXEC_FAILED, output_dir, resolve, run_many
+from lib.pipeline.runner import EXEC_FAILED, plan, run
 from lib.run import PROFILING_ENV, requested_threads
 
 PEAK_N = 2048
@@ -168,9 +168,8 @@ def sweep_table(lines: list[dict], peak: float, peak_1: float, op_s: float) -> l
 
 def profile(book: Book, chapter: ChapterSource, profile: str, overrides: dict, report) -> int:
     """Run ``chapter`` with profiling on, write profile.json, print the table; the run's exit code."""
-    resolve(book, chapter, profile, overrides)  # bad parameters: UsageError before any work
     folder = profile_dir(book, chapter, profile)
-    out = output_dir(book, chapter, profile, folder / "run")  # refused (UsageError) before any work
+    request = plan(book, chapter, profile, overrides, folder / "run", force=True)  # UsageError before any work
     threads = requested_threads() or os.cpu_count() or 1  # what the runner sets
     folder.mkdir(parents=True, exist_ok=True)
     sweeps = folder / SWEEPS
@@ -183,7 +182,7 @@ def profile(book: Book, chapter: ChapterSource, profile: str, overrides: dict, r
 
     before = peaks()
     with _environ(PROFILING_ENV, str(sweeps)):
-        [result] = run_many(book, [chapter], profile, overrides, out, True, 1, None, report)
+        [result] = run(book, [request], report=report)
     if result.status == "failed":
         return EXEC_FAILED
     after = peaks()
@@ -193,12 +192,12 @@ def profile(book: Book, chapter: ChapterSource, profile: str, overrides: dict, r
     op_s = statistics.median(before["op_s"] + after["op_s"])
     lines = [json.loads(ln) for ln in sweeps.read_text().splitlines()] if sweeps.exists() else []
     doc = {
-        "chapter": chapter.slug, "profile": profile, "overrides": overrides, "run": str(out),
+        "chapter": chapter.slug, "profile": profile, "overrides": overrides, "run": str(request.out_dir),
         "runtime_s": round(result.runtime_s, 2), "threads": threads,
         "peak": {"matmul_n": PEAK_N, "flops_per_s": peak, "one_thread_flops_per_s": peak_1,
                  "one_thread_float64_flops_per_s": peak_64,
                  "op_s": op_s, "before": before, "after": after},
-        "cells": cell_times(out / f"{chapter.slug}.ipynb"),
+        "cells": cell_times(request.out_dir / f"{chapter.slug}.ipynb"),
         "sweeps": sweep_table(lines, peak, peak_1, op_s),
         # the probes' extra runs: inside the cell times and runtime_s, outside the sweeps' seconds
         "probe_overhead_s": round(sum(ln.get("probe", {}).get("overhead_s", 0.0) for ln in lines), 3),

@@ -44,15 +44,15 @@ def cmd_record(book: Book, args) -> int:
 
 
 def _rerun(book: Book, chapters, records_: dict, profile: str, scheduler) -> list:
-    from lib.pipeline.runner import run_tasks
+    from lib.pipeline.runner import plan, run
 
     for ch in chapters:
         if changed := changes(book, ch, records_[ch.slug]):
             print(f"{ch.slug}: the record is stale (changed: {', '.join(changed)}); "
                   f"rerunning the current code with the record's parameters")
-    tasks = [(ch, records_[ch.slug]["parameters"], book.build_dir / "verify" / profile / ch.slug)
-             for ch in chapters]
-    return run_tasks(book, tasks, profile, True, 1, scheduler, _report)  # forced: every point computed
+    requests = [plan(book, ch, profile, records_[ch.slug]["parameters"], book.build_dir / "verify" / profile / ch.slug,
+                     force=True) for ch in chapters]  # forced: every point computed
+    return run(book, requests, 1, scheduler, _report)
 
 
 def cmd_verify(book: Book, args) -> int:

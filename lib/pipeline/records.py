@@ -215,9 +215,9 @@ def canary(book: Book, chapter: ChapterSource, out: Path | None = None, force: b
     """The chapter's canary run (its `quick` profile, cached when the code is unchanged) into
     ``out`` (default: the book's quick run folder): ``{profile, digest, sweeps, deps}``;
     UsageError when it fails."""
-    from lib.pipeline.runner import run_chapter
+    from lib.pipeline.runner import plan, run_chapter
 
-    r = run_chapter(book, chapter, CANARY, {}, out, force, progress=False)
+    r = run_chapter(book, plan(book, chapter, CANARY, out=out, force=force), progress=False)
     if r.status == "failed":
         error = [ln for ln in r.message.splitlines() if ln.strip() and not ln.startswith("(executed notebook")]
         raise UsageError(f"{chapter.slug}: the {CANARY} canary run failed ({(error or ['no message'])[-1].strip()})")

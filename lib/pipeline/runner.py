@@ -142,6 +142,51 @@ def resolve(book: Book, chapter: ChapterSource, profile: str, overrides: dict[st
     return params
 
 
+@dataclass(frozen=True)
+class RunRequest:
+    """One chapter run as the command line asked for it, resolved and checked before any kernel
+    starts: the parameters it computes with, the folder it writes, and whether a cached run may
+    stand for it. Every command that runs chapters (run, build, seeds, verify, profile, record's
+    canary) makes its runs with :func:`plan` and hands them to :func:`run`; nothing downstream
+    resolves parameters or checks the folder again (but for the folder's second look under its lock)."""
+    chapter: ChapterSource
+    profile: str
+    params: dict
+    out_dir: Path
+    force: bool = False
+
+
+def plan(book: Book, chapter: ChapterSource, profile: str, overrides: dict | None = None,
+         out: Path | str | None = None, force: bool = False) -> RunRequest:
+    """Resolve and check one run: its parameters (the chapter's declared types, constraints and
+    rules), its output folder (lib.outputs), and for a folder the user named, that its parent can
+    be made and written. UsageError (one line, exit 64) otherwise."""
+    params = resolve(book, chapter, profile, overrides or {})
+    out_dir = output_dir(book, chapter, profile, out)
+    if out is not None:
+        _check_writable(out_dir, out)
+    return RunRequest(chapter, profile, params, out_dir, force)
+
+
+def plan_all(book: Book, chapters: list[ChapterSource], profile: str, overrides: dict | None = None,
+             out: Path | str | None = None, force: bool = False) -> list[RunRequest]:
+    """:func:`plan` for each chapter, all checked before any runs."""
+    if out is not None and len(chapters) > 1:
+        raise UsageError("--out takes one chapter at a time")
+    return [plan(book, ch, profile, overrides, out, force) for ch in chapters]
+
+
+def _check_writable(out_dir: Path, out: Path | str) -> None:
+    import tempfile
+
+    try:
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out_dir.parent):
+            pass
+    except OSError as exc:
+        raise UsageError(f"--out {out}: cannot write there ({exc.strerror or exc}: {exc.filename})") from None
+
+
 def _check_device(device: str) -> None:
     """A chapter's ``device`` must exist on this machine before anything runs."""
     import torch
@@ -184,21 +229,19 @@ def _kernel_manager():
     return QuietKernelManager
 
 
-def run_chapter(book: Book, chapter: ChapterSource, profile: str = "default",
-                overrides: dict[str, str] | None = None, out: Path | None = None,
-                force: bool = False, progress: bool | dict = True, scheduler: str | None = None) -> RunResult:
-    """Run one chapter (or reuse a cached run); see the module docstring. ``scheduler`` is the
-    Dask scheduler address its sweeps go to (None: in the kernel)."""
-    params = resolve(book, chapter, profile, overrides or {})
-    out_dir = output_dir(book, chapter, profile, out)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    with exclusive(out_dir):
-        out_dir = output_dir(book, chapter, profile, out_dir)  # unchanged while we waited?
-        fresh, doc = is_fresh(book, chapter, params, out_dir)
-        if fresh and not force:
-            return RunResult(chapter, profile, out_dir, "cached", _exit_code(doc),
+def run_chapter(book: Book, request: RunRequest, progress: bool | dict = True,
+                scheduler: str | None = None) -> RunResult:
+    """Run one planned chapter run (or reuse a cached run); see the module docstring.
+    ``scheduler`` is the Dask scheduler address its sweeps go to (None: in the kernel)."""
+    ch, profile = request.chapter, request.profile
+    request.out_dir.parent.mkdir(parents=True, exist_ok=True)
+    with exclusive(request.out_dir):
+        out_dir = output_dir(book, ch, profile, request.out_dir)  # still ours after waiting for the lock?
+        fresh, doc = is_fresh(book, ch, request.params, out_dir)
+        if fresh and not request.force:
+            return RunResult(ch, profile, out_dir, "cached", _exit_code(doc),
                              doc["provenance"].get("runtime_s", 0.0), doc)
-        return _execute(book, chapter, profile, params, out_dir, progress, scheduler, force)
+        return _execute(book, ch, profile, request.params, out_dir, progress, scheduler, request.force)
 
 
 def _execute(book: Book, chapter: ChapterSource, profile: str, params: dict, out_dir: Path,
@@ -277,54 +320,39 @@ def _execute(book: Book, chapter: ChapterSource, profile: str, params: dict, out
     return RunResult(chapter, profile, out_dir, "ran", _exit_code(doc), runtime, doc)
 
 
-def run_many(book: Book, chapters: list[ChapterSource], profile: str, overrides: dict, out: Path | None,
-             force: bool, jobs: int, scheduler: str | None, report) -> list[RunResult]:
-    """Run chapters, ``jobs`` at a time with the cores split between them; ``report`` is
-    called with each RunResult as it finishes."""
-    if out and len(chapters) > 1:
-        raise UsageError("--out takes one chapter at a time")
-    return run_tasks(book, [(ch, overrides, out) for ch in chapters], profile, force, jobs, scheduler, report)
-
-
-def run_tasks(book: Book, tasks: list[tuple[ChapterSource, dict, Path | None]], profile: str, force: bool,
-              jobs: int, scheduler: str | None, report) -> list[RunResult]:
-    """Run (chapter, overrides, out) tasks, ``jobs`` at a time with the cores split between them.
-    Every task's parameters and output folder are validated before any kernel starts."""
-    for ch, overrides, out in tasks:
-        resolve(book, ch, profile, overrides)
-        output_dir(book, ch, profile, out)
+def run(book: Book, requests: list[RunRequest], jobs: int = 1, scheduler: str | None = None,
+        report=lambda result: None) -> list[RunResult]:
+    """Run planned requests, ``jobs`` at a time with the cores split between them; ``report`` is
+    called with each RunResult as it finishes. The scheduler is checked here, once, before any
+    kernel starts."""
     check_scheduler(scheduler)
-    jobs = max(1, min(jobs, len(tasks)))
+    jobs = max(1, min(jobs, len(requests)))
     # The cores are split between parallel chapters; COMPANION_THREADS, when set, wins.
     set_threads(requested_threads() or max(1, (os.cpu_count() or 1) // jobs))
     with scheduler_address(scheduler) as address:
-        return _run_tasks(book, tasks, profile, force, jobs, report, address)
+        if jobs == 1:
+            results = []
+            for r in requests:
+                results.append(run_chapter(book, r, progress={"desc": r.chapter.slug}, scheduler=address))
+                report(results[-1])
+            return results
+        # Separate processes: papermill changes the working directory of the process it runs in.
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            futures = [pool.submit(_run_in_worker, str(book.root), r.chapter.slug, r.profile, r.params, str(r.out_dir),
+                                   r.force, {"desc": r.chapter.slug, "position": i % jobs, "leave": False}, address)
+                       for i, r in enumerate(requests)]
+            for fut in as_completed(futures):
+                report(fut.result())
+            return [f.result() for f in futures]
 
 
-def _run_tasks(book: Book, tasks, profile: str, force: bool, jobs: int, report,
-               scheduler: str | None) -> list[RunResult]:
-    if jobs == 1:
-        results = []
-        for ch, overrides, out in tasks:
-            r = run_chapter(book, ch, profile, overrides, out, force, progress={"desc": ch.slug},
-                            scheduler=scheduler)
-            report(r)
-            results.append(r)
-        return results
-    # Separate processes: papermill changes the working directory of the process it runs in.
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
-    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = [pool.submit(_run_in_worker, str(book.root), ch.slug, profile, overrides, out, force,
-                               {"desc": ch.slug, "position": i % jobs, "leave": False}, scheduler)
-                   for i, (ch, overrides, out) in enumerate(tasks)]
-        for fut in as_completed(futures):
-            report(fut.result())
-        return [f.result() for f in futures]
-
-
-def _run_in_worker(root: str, slug: str, profile: str, overrides: dict, out, force: bool,
+def _run_in_worker(root: str, slug: str, profile: str, params: dict, out_dir: str, force: bool,
                    progress, scheduler: str | None) -> RunResult:
+    """A planned request in a worker process: the parameters were resolved and checked by
+    :func:`plan` before any worker started, so they are taken as they are."""
     book = Book(Path(root))
-    return run_chapter(book, book.chapter(slug), profile, overrides, out, force, progress, scheduler)
+    return run_chapter(book, RunRequest(book.chapter(slug), profile, params, Path(out_dir), force), progress,
+                       scheduler)

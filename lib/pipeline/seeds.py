@@ -20,7 +20,7 @@ from pathlib import Path
 
 from lib.claims import MUST_HOLD, SKIPPED, failing, status_of
 from lib.pipeline.chapters import Book, ChapterSource, UsageError
-from lib.pipeline.runner import RunResult, run_tasks
+from lib.pipeline.runner import RunResult, plan, run
 
 
 MAX_SEED = 2**32 - 1  # every chapter's `seed` is ∈ [0, 4294967295]
@@ -101,9 +101,9 @@ def run_seeds(book: Book, chapters: list[ChapterSource], seeds: list[int], profi
               scheduler: str | None, report, force: bool = False) -> list[tuple[dict, bool]]:
     """Run every (chapter, seed) and write each chapter's summary.json; returns, per chapter,
     the summary and whether every seed executed."""
-    tasks = [(ch, {"seed": str(s)}, seeds_dir(book, profile, ch) / f"seed-{s}")
-             for ch in chapters for s in seeds]
-    runs = run_tasks(book, tasks, profile, force, jobs, scheduler, report)
+    requests = [plan(book, ch, profile, {"seed": str(s)}, seeds_dir(book, profile, ch) / f"seed-{s}", force)
+                for ch in chapters for s in seeds]
+    runs = run(book, requests, jobs, scheduler, report)
     out = []
     for ch in chapters:
         mine = {int(r.out_dir.name.removeprefix("seed-")): r for r in runs if r.chapter.slug == ch.slug}
