@@ -18,7 +18,6 @@ from pathlib import Path
 import matplotlib as mpl
 import matplotlib.pyplot as plt
 import numpy as np
-from lib.stats import geometric_ci, mean_ci
 
 #: Okabe–Ito, the colour-blind-safe qualitative palette (black is reserved for theory).
 PALETTE = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442"]
@@ -72,6 +71,8 @@ def simulation(ax, x, samples, label: str = "simulation", color=None, marker=Non
                index: int = 0, connect: bool = False, **kw):
     """Simulated points with 95% intervals. ``samples`` is ``(len(x),)`` for single runs or
     ``(len(x), n_seeds)``; ``index`` picks the palette colour and marker."""
+    from lib.stats import mean_ci  # imported when drawn: lib.stats brings scipy.stats (seconds per kernel)
+
     s = np.asarray(samples, dtype=float)
     mean, half = mean_ci(s, axis=-1) if s.ndim == 2 else (s, None)
     return ax.errorbar(x, mean, yerr=half, label=label,
@@ -83,6 +84,8 @@ def simulation(ax, x, samples, label: str = "simulation", color=None, marker=Non
 
 def band(ax, x, samples, label: str | None = None, index: int = 0, **kw):
     """A simulated curve over many x (e.g. training steps): mean line and 95% band over seeds."""
+    from lib.stats import mean_ci
+
     mean, half = mean_ci(np.asarray(samples, dtype=float), axis=-1)
     color = kw.pop("color", PALETTE[index % len(PALETTE)])
     (line,) = ax.plot(x, mean, color=color, label=label, linewidth=1.5, **kw)
@@ -123,11 +126,15 @@ def interval_errorbar(ax, x, centre, low, high, label: str | None = None, index:
 
 def geometric_points(ax, x, samples, label: str | None = None, index: int = 0, **kw):
     """Geometric means over seeds (last axis) with their 95% geometric intervals, for log axes."""
+    from lib.stats import geometric_ci
+
     return interval_errorbar(ax, x, *geometric_ci(samples), label=label, index=index, **kw)
 
 
 def geometric_band(ax, x, samples, label: str | None = None, index: int = 0, alpha: float = 0.15, **kw):
     """A positive curve over many x: geometric mean line and 95% geometric band over seeds."""
+    from lib.stats import geometric_ci
+
     centre, low, high = geometric_ci(samples, axis=-1)
     color = kw.pop("color", PALETTE[index % len(PALETTE)])
     (line,) = ax.plot(x, centre, color=color, label=label, linewidth=1.5, **kw)
