@@ -119,20 +119,6 @@ def shown_depths(dm: int, batch: int) -> np.ndarray:
     return out
 
 
-def _schedule(steps: int, lr: float, warmup: float) -> tuple[np.ndarray, np.ndarray]:
-    """The learning rate and Adam β₁ of each step under ``torch.optim.lr_scheduler.OneCycleLR``
-    (cosine warm-up over ``warmup`` of the steps, cosine decay, β₁ cycled 0.95 → 0.85 → 0.95)."""
-    opt = torch.optim.AdamW([torch.zeros(1, requires_grad=True)], lr=lr)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=warmup)
-    rates, beta1 = [], []
-    for _ in range(steps):
-        rates.append(opt.param_groups[0]["lr"])
-        beta1.append(opt.param_groups[0]["betas"][0])
-        opt.step()
-        sched.step()
-    return np.asarray(rates), np.asarray(beta1)
-
-
 def _token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean next-token cross-entropy over the targets that are not IGNORE (vmap-able)."""
     valid = targets != IGNORE
@@ -182,7 +168,7 @@ def train(lang: Language, *, dms=(0,), reps=(0,), steps: int, batch: int, root: 
     baseline ``dm = 0`` seeing them all masked. A member's numbers depend only on its own ``(rep, dm)``
     (up to float rounding: a step pads every member to the longest sequence of any replicate, which
     changes no output). Loss: the mean over the batch's terminal and EOS tokens. AdamW (weight decay
-    ``weight_decay``) with a one-cycle schedule (:func:`_schedule`).
+    ``weight_decay``) with a one-cycle schedule (:func:`lib.population.one_cycle`).
 
     ``batched=True`` trains the models as one population (:func:`lib.population.train_stacked`: parameters
     stacked, ``torch.func.vmap`` over ``functional_call``, the AdamW update written out on the stacked
@@ -221,8 +207,6 @@ def train(lang: Language, *, dms=(0,), reps=(0,), steps: int, batch: int, root: 
                 sched.step()
         log(steps, lambda: models)
     else:
-        rates, beta1 = _schedule(steps, lr, warmup)
-
         def on_step(step, current):
             if log_every and step % log_every == 0:
                 log(step, current)
@@ -230,7 +214,7 @@ def train(lang: Language, *, dms=(0,), reps=(0,), steps: int, batch: int, root: 
         params, buffers, _ = population.train_stacked(
             models, ((tokens.to(device), targets.to(device)) for tokens, targets in data),
             lambda forward, batch: _token_loss(forward(batch[0]), batch[1]), lr=lr, betas=(0.9, 0.999), eps=1e-8,
-            weight_decay=weight_decay, schedule=lambda t: (float(rates[t - 1]), float(beta1[t - 1])), on_step=on_step)
+            weight_decay=weight_decay, schedule=population.one_cycle(steps, lr, warmup), on_step=on_step)
         for i, model in enumerate(models):
             model.load_state_dict({k: v[i].detach() for k, v in {**params, **buffers}.items()})
         log(steps, lambda: models)

@@ -15,8 +15,9 @@ forward pass is ``vmap`` over ``functional_call``, and Adam (the formula of ``to
 or SGD steps every member at once with its own learning rate. Each member's numbers depend only on
 the chapter seed and its own settings, never on who else is in the batch (tested: a member trained alone and
 in a batch agree to float tolerance). :func:`train_stacked` is that loop on models already made and
-data already drawn, with a learning-rate and β₁ schedule, weight decay and a hook before each step
-(chapter 10's metadata models train with it).
+data already drawn, with a learning-rate and β₁ schedule (:func:`one_cycle`), weight decay, a hook
+before each step and, in place of the ``vmap``, a batched loss of the caller's own (chapter 10's
+metadata models and chapter 09's mixers train with it).
 
 Batching pays for the smallest models, where one model's step is dominated by per-operation
 overhead; at larger sizes the batched matmuls are no faster (see :func:`bench`). vmap has no
@@ -91,10 +92,11 @@ def train(members: Sequence[Mapping], make: Callable[[Mapping], nn.Module],
     return Trained(members, history, params, buffers, models[0])
 
 
-def train_stacked(models: Sequence[nn.Module], data, loss: Callable[[Callable, tuple], torch.Tensor], *, lr,
+def train_stacked(models: Sequence[nn.Module], data, loss: Callable[[Callable, tuple], torch.Tensor] | None, *, lr,
                   optimizer: str = "adam", betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                   weight_decay: float = 0.0, schedule: Callable[[int], tuple[float, float]] | None = None,
-                  on_step: Callable[[int, Callable[[], list]], None] | None = None):
+                  on_step: Callable[[int, Callable[[], list]], None] | None = None,
+                  stacked_loss: Callable[[dict, tuple], tuple[torch.Tensor, torch.Tensor]] | None = None):
     """The loop of :func:`train` on models already made (one shape; they are not changed until
     ``on_step`` asks for them) and data already drawn: ``data`` yields each step's batch as a tuple of
     tensors stacked over the members (leading dimension), and ``loss(forward, batch)`` is one
@@ -104,31 +106,43 @@ def train_stacked(models: Sequence[nn.Module], data, loss: Callable[[Callable, t
     rate and β₁ (counting from 1), a float each, in place of ``lr`` and ``betas[0]``. ``on_step(step,
     current)`` is called before each step's update (``step`` from 0) with ``current()``, which loads
     the current parameters into ``models`` and returns them. Returns the stacked parameters, the
-    buffers and the losses ``[steps, members]``."""
+    buffers and the losses ``[steps, members]``.
+
+    ``stacked_loss(params, batch)``, where given, replaces ``loss`` and the ``vmap``: a batched forward
+    pass of the caller's own on the stacked parameters, returning two tensors ``[members]``, the losses
+    trained on (their sum is differentiated) and the losses recorded (say the cross-entropy without a
+    regulariser). A parameter that gets no gradient is left alone, as ``torch.optim`` leaves one whose
+    ``.grad`` is None."""
     if optimizer not in ("adam", "sgd"):
         raise ValueError(f"optimizer must be 'adam' or 'sgd', not {optimizer!r}")
     models = list(models)
     params, buffers = stack_module_state(models)
     params = {k: v.detach().requires_grad_(True) for k, v in params.items()}
-    base = copy.deepcopy(models[0]).to("meta")
+    if stacked_loss is None:
+        base = copy.deepcopy(models[0]).to("meta")
 
-    def member_loss(p, b, data):
-        return loss(lambda *inputs: functional_call(base, (p, b), inputs), data)
+        def member_loss(p, b, data):
+            return loss(lambda *inputs: functional_call(base, (p, b), inputs), data)
+
+        batched_loss = vmap(member_loss)
+
+        def stacked_loss(p, data):
+            losses = batched_loss(p, buffers, data)
+            return losses, losses
 
     def current() -> list:
         for i, model in enumerate(models):
             model.load_state_dict({k: v[i].detach() for k, v in {**params, **buffers}.items()})
         return models
 
-    batched_loss = vmap(member_loss)
     state = {k: (torch.zeros_like(v), torch.zeros_like(v)) for k, v in params.items()}
     history = []
     for step, batch in enumerate(data):
         if on_step is not None:
             on_step(step, current)
-        losses = batched_loss(params, buffers, batch)
-        grads = torch.autograd.grad(losses.sum(), list(params.values()))
-        history.append(losses.detach().cpu().numpy())
+        objective, recorded = stacked_loss(params, batch)
+        grads = torch.autograd.grad(objective.sum(), list(params.values()), allow_unused=True)
+        history.append(recorded.detach().cpu().numpy())
         t = step + 1
         rate, b = lr, betas
         if schedule is not None:
@@ -137,6 +151,8 @@ def train_stacked(models: Sequence[nn.Module], data, loss: Callable[[Callable, t
         with torch.no_grad():
             if optimizer == "sgd":
                 for p, g in zip(params.values(), grads):
+                    if g is None:
+                        continue
                     p.sub_((rate if isinstance(rate, float) else rate.view(-1, *[1] * (p.dim() - 1))) * g)
             else:
                 adam_step(list(params.values()), grads, [state[k] for k in params], t, rate, b, eps, weight_decay)
@@ -151,10 +167,14 @@ def adam_step(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor],
     the same floating-point operations in the same order as its single-tensor path. ``moments``
     holds each tensor's (first, second) moment; ``t`` counts steps from 1. ``lr`` is a float, or a
     tensor of one rate per member (the parameters' leading dimension). A step's ``lr`` and β₁ may
-    change from step to step (a schedule): the bias corrections use the current β₁, as torch does."""
+    change from step to step (a schedule): the bias corrections use the current β₁, as torch does. A
+    tensor whose gradient is None is skipped (weights and moments unchanged), as torch skips a
+    parameter without ``.grad``."""
     b1, b2 = betas
-    c1, c2 = 1 - b1 ** t, math.sqrt(1 - b2 ** t)
+    c1, c2 = 1 - b1 ** t, (1 - b2 ** t) ** 0.5
     for p, g, (m, v) in zip(params, grads, moments):
+        if g is None:
+            continue
         r = lr if isinstance(lr, float) else lr.view(-1, *[1] * (p.dim() - 1))
         if weight_decay:
             p.mul_(1 - r * weight_decay)
@@ -165,6 +185,21 @@ def adam_step(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor],
             p.addcdiv_(m, denom, value=-r / c1)
         else:
             p.sub_(r / c1 * m / denom)
+
+
+def one_cycle(steps: int, lr: float, warmup: float) -> Callable[[int], tuple[float, float]]:
+    """The schedule of ``torch.optim.lr_scheduler.OneCycleLR`` (``max_lr=lr``, ``total_steps=steps``,
+    ``pct_start=warmup``: cosine warm-up over ``warmup`` of the steps, cosine decay, β₁ cycled
+    0.95 → 0.85 → 0.95) as :func:`train_stacked` takes it: ``schedule(t)`` is step ``t``'s learning
+    rate and β₁ (``t`` from 1), read off torch's scheduler stepped ``steps`` times."""
+    opt = torch.optim.AdamW([torch.zeros(1, requires_grad=True)], lr=lr)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=warmup)
+    table = []
+    for _ in range(steps):
+        table.append((opt.param_groups[0]["lr"], opt.param_groups[0]["betas"][0]))
+        opt.step()
+        sched.step()
+    return lambda t: table[t - 1]
 
 
 class TinyAttention(nn.Module):

@@ -19,13 +19,6 @@ def test_shown_depths_match_the_arms():
     assert M.shown_depths(1, 5).tolist() == [0, 0, 0, 1, 1]
 
 
-def test_the_schedule_is_torch_one_cycle():
-    rates, beta1 = M._schedule(20, 1e-2, 0.25)
-    assert rates[0] == pytest.approx(1e-2 / 25) and rates.max() == pytest.approx(1e-2)
-    assert int(np.argmax(rates)) == 4 and rates[-1] < 1e-4
-    assert beta1[0] == pytest.approx(0.95) and beta1[4] == pytest.approx(0.85)
-
-
 def test_every_depth_of_a_replicate_sees_the_same_strings_and_as_many_tokens(lang):
     members = [(0, 0), (0, 1), (0, 2), (1, 0)]
     (tokens, targets), = list(M._batches(lang, members, steps=1, batch=6, root=2))
