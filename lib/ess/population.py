@@ -4,9 +4,11 @@ The models of one sweep point (say the κ values and replicates of one mixer and
 their weights and their data, not in their shapes. :func:`train_population` stacks their
 parameters on a leading member axis and runs every operator of a training step once for all of
 them, so the per-operator overhead that dominates these tiny models is paid once per step
-rather than once per model. It computes what :func:`lib.ess.models.train` computes for each
-member, bit for bit: a member's initial weights, batches, forward and backward pass and Adam
-updates depend only on its own settings, never on who else is in the population (tested).
+rather than once per model; the training loop and AdamW with the one-cycle schedule are
+:func:`lib.population.train_stacked` with this module's batched forward pass in place of its
+``vmap``. It computes what :func:`lib.ess.models.train` computes for each member, bit for bit: a
+member's initial weights, batches, forward and backward pass and Adam updates depend only on its
+own settings, never on who else is in the population (tested).
 
 Bit-for-bit is a choice of operators. The batched matrix products (``bmm`` / ``baddbmm`` over
 members, except for maps with a single output, where ``F.linear`` takes a matrix-vector path) and
@@ -36,6 +38,7 @@ import torch.nn.functional as F
 
 from lib.ess.models import GATED, MixerLM, ModelConfig, TrainConfig, _batch, train, transition_penalty
 from lib.ess.tasks import IGNORE
+from lib.population import one_cycle, train_stacked
 from lib.seeding import seed_torch, stream
 from lib.sweep import one_thread
 
@@ -64,18 +67,16 @@ def _per_member(fn, *tensors) -> torch.Tensor:
 
 
 class _Population:
-    """The stacked parameters of ``models`` (same config) and their batched forward pass."""
+    """The batched forward pass of models shaped as ``template`` (config ``cfg``)."""
 
-    def __init__(self, cfg: ModelConfig, models: list[MixerLM]):
-        self.cfg, self.template = cfg, models[0]
-        named = [dict(m.named_parameters()) for m in models]
-        self.params = {name: torch.stack([n[name].detach() for n in named]).requires_grad_(True)
-                       for name in named[0]}
+    def __init__(self, cfg: ModelConfig, template: MixerLM):
+        self.cfg, self.template = cfg, template
 
-    def forward(self, tokens: torch.Tensor):
+    def forward(self, P: dict[str, torch.Tensor], tokens: torch.Tensor):
         """Logits (M, B, L, V) and the gates' ``log α`` (M, B, L, n_layers·d_k; None without
-        gates) for tokens (M, B, L): :meth:`MixerLM.forward` of every member."""
-        P, cfg = self.params, self.cfg
+        gates) for tokens (M, B, L): :meth:`MixerLM.forward` of every member, whose parameters
+        are ``P`` (each stacked over the members: leading dimension M)."""
+        cfg = self.cfg
         M, B, L = tokens.shape
         E = P["embed.weight"]
         offsets = torch.arange(M)[:, None, None] * E.shape[1]        # member m's rows of the stack
@@ -125,30 +126,31 @@ def train_population(cfg: ModelConfig, tcs: list[TrainConfig], *, root: int, ini
             with torch.random.fork_rng():
                 seed_torch(root, *init)
                 models.append(MixerLM(cfg))
-        pop = _Population(cfg, models)
+        pop = _Population(cfg, models[0])
         rngs = [stream(root, *key) for key in batches]
         tc = tcs[0]
-        opt = torch.optim.AdamW(pop.params.values(), lr=tc.lr, weight_decay=tc.weight_decay)
-        sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=tc.lr, total_steps=tc.steps, pct_start=0.1)
-        curves = []
-        for _ in range(tc.steps):
-            draws = [_batch(rng, t, t.batch) for rng, t in zip(rngs, tcs)]
-            tokens, targets = torch.stack([d[0] for d in draws]), torch.stack([d[1] for d in draws])
-            logits, log_a = pop.forward(tokens)
-            losses = [F.cross_entropy(logits[m].flatten(0, 1), targets[m].flatten(), ignore_index=IGNORE)
-                      for m in range(len(tcs))]
+
+        def data():
+            for _ in range(tc.steps):
+                draws = [_batch(rng, t, t.batch) for rng, t in zip(rngs, tcs)]
+                yield torch.stack([d[0] for d in draws]), torch.stack([d[1] for d in draws])
+
+        def losses(params, batch):   # trained on: cross-entropy + regulariser; recorded: cross-entropy
+            tokens, targets = batch
+            logits, log_a = pop.forward(params, tokens)
+            ce = [F.cross_entropy(logits[m].flatten(0, 1), targets[m].flatten(), ignore_index=IGNORE)
+                  for m in range(len(tcs))]
             totals = [loss + t.reg * transition_penalty(None if log_a is None else log_a[m])
-                      for m, (loss, t) in enumerate(zip(losses, tcs))]
-            opt.zero_grad(set_to_none=True)
-            torch.stack(totals).sum().backward()
-            opt.step()
-            sched.step()
-            curves.append(torch.stack(losses).tolist())
+                      for m, (loss, t) in enumerate(zip(ce, tcs))]
+            return torch.stack(totals), torch.stack(ce)
+
+        params, _, curves = train_stacked(models, data(), None, lr=tc.lr, weight_decay=tc.weight_decay,
+                                          schedule=one_cycle(tc.steps, tc.lr, 0.1), stacked_loss=losses)
         with torch.no_grad():
             for m, model in enumerate(models):
                 for name, param in model.named_parameters():
-                    param.copy_(pop.params[name][m])
-    return [(model, [row[m] for row in curves]) for m, model in enumerate(models)]
+                    param.copy_(params[name][m])
+    return [(model, curves[:, m].tolist()) for m, model in enumerate(models)]
 
 
 #: The most entries of the gated mixers' (batch, ℓ, ℓ, d_k) decay tensors that one population holds
