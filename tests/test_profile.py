@@ -138,3 +138,10 @@ def test_bad_input_is_one_line_and_exit_64(project, args, says):
     out = companion(*args, root=project)
     assert out.returncode == 64 and says in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert not (project / "_build" / "profile").exists()
+
+
+def test_an_operator_floor_above_the_points_time_reads_as_above_100_percent():
+    from lib.pipeline.profile import _ops_share
+
+    assert _ops_share(1.21) == ">100" and _ops_share(0.5) == "50.0" and _ops_share(1.0) == "100.0"
+    assert _ops_share(None) == "-"
