@@ -162,20 +162,24 @@ def train_stacked(models: Sequence[nn.Module], data, loss: Callable[[Callable, t
 
 def adam_step(params: Sequence[torch.Tensor], grads: Sequence[torch.Tensor],
               moments: Sequence[tuple[torch.Tensor, torch.Tensor]], t: int, lr,
-              betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0) -> None:
+              betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
+              l2_decay: float = 0.0) -> None:
     """One step of ``torch.optim.AdamW``'s update (Adam when ``weight_decay`` is 0), in place, with
     the same floating-point operations in the same order as its single-tensor path. ``moments``
     holds each tensor's (first, second) moment; ``t`` counts steps from 1. ``lr`` is a float, or a
     tensor of one rate per member (the parameters' leading dimension). A step's ``lr`` and β₁ may
     change from step to step (a schedule): the bias corrections use the current β₁, as torch does. A
     tensor whose gradient is None is skipped (weights and moments unchanged), as torch skips a
-    parameter without ``.grad``."""
+    parameter without ``.grad``. ``l2_decay`` is ``torch.optim.Adam``'s own weight decay instead: added
+    to the gradient (``g + l2_decay·p``) before the moments see it."""
     b1, b2 = betas
     c1, c2 = 1 - b1 ** t, (1 - b2 ** t) ** 0.5
     for p, g, (m, v) in zip(params, grads, moments):
         if g is None:
             continue
         r = lr if isinstance(lr, float) else lr.view(-1, *[1] * (p.dim() - 1))
+        if l2_decay:
+            g = g.add(p, alpha=l2_decay)
         if weight_decay:
             p.mul_(1 - r * weight_decay)
         m.lerp_(g, 1 - b1)

@@ -218,3 +218,23 @@ def test_adam_step_with_one_cycle_is_torch_adamw_bit_for_bit():
     for t in range(1, steps + 1):
         pop.adam_step([start], [grads[t - 1]], moments, t, schedule(t)[0], (0.9, 0.999), weight_decay=0.01)
     assert not torch.equal(start, theirs.detach())
+
+
+def test_adam_step_with_l2_decay_is_torch_adams_weight_decay_bit_for_bit():
+    adam_step = pop.adam_step
+    torch.manual_seed(0)
+    w = torch.randn(5, 3)
+    ours, theirs = w.clone(), w.clone().requires_grad_(True)
+    opt = torch.optim.Adam([theirs], lr=0.01, weight_decay=0.1)
+    moments = [(torch.zeros_like(w), torch.zeros_like(w))]
+    for t in range(1, 40):
+        g = torch.randn(5, 3)
+        theirs.grad = g.clone()
+        opt.step()
+        adam_step([ours], [g], moments, t, 0.01, l2_decay=0.1)
+        assert torch.equal(ours, theirs.detach()), t
+    decoupled = w.clone()
+    adam_step([decoupled], [torch.ones(5, 3)], [(torch.zeros_like(w), torch.zeros_like(w))], 1, 0.01, weight_decay=0.1)
+    l2 = w.clone()
+    adam_step([l2], [torch.ones(5, 3)], [(torch.zeros_like(w), torch.zeros_like(w))], 1, 0.01, l2_decay=0.1)
+    assert not torch.equal(decoupled, l2)  # AdamW's decay is another update

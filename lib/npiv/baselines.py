@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from lib.population import adam_step
 from lib.seeding import seed_torch, stream
 
 
@@ -272,14 +273,9 @@ class _FlatMLP:
 
     def adam_step(self) -> None:
         """``torch.optim.Adam``'s update (L2 weight decay added to the gradient)."""
-        beta1, beta2 = self.betas
         self.steps += 1
-        grad = self.grad.add(self.theta, alpha=self.weight_decay)
-        self.exp_avg.lerp_(grad, 1 - beta1)
-        self.exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-        step_size = self.lr / (1 - beta1 ** self.steps)
-        denom = (self.exp_avg_sq.sqrt() / (1 - beta2 ** self.steps) ** 0.5).add_(self.eps)
-        self.theta.addcdiv_(self.exp_avg, denom, value=-step_size)
+        adam_step([self.theta], [self.grad], [(self.exp_avg, self.exp_avg_sq)], self.steps, self.lr, self.betas,
+                  self.eps, l2_decay=self.weight_decay)
 
     def load_into(self, module: torch.nn.Sequential) -> None:
         with torch.no_grad():
