@@ -128,3 +128,11 @@ def torch_generator(root: int, *key):
     import torch
 
     return torch.Generator().manual_seed(seed_of(root, *key))
+
+
+def constant_torch_generator(*key):
+    """A CPU ``torch.Generator`` that is part of a definition, the same whatever the chapter seed
+    (a benchmark's inputs): :func:`constant_stream`'s stream ``key``, as a torch generator."""
+    import torch
+
+    return torch.Generator().manual_seed(int(constant_stream(*key).integers(2**63)))

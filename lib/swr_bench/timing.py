@@ -14,6 +14,7 @@ import torch
 
 from kernels.swa import attention_full, swa_blocked
 from kernels.swr import SWRState, scan, swr
+from lib.seeding import constant_torch_generator
 from lib.swr_bench.roofline import Roof
 
 IMPLS = ("swr", "scan-compiled", "swr-chunked", "scan-torch-loop", "scan-parallel",
@@ -59,7 +60,7 @@ def _time(fn: Callable[[], object]) -> float:
 def _make_inputs(B, H, L, D, dtype, seed, attention: bool = True):
     """``a, x`` and, for the attention methods, ``q, k`` (drawn after ``a, x``, which are the
     same either way; ``None`` when ``attention`` is false, to spare memory at long L)."""
-    g = torch.Generator().manual_seed(seed)
+    g = constant_torch_generator("swr-bench-inputs", seed)
     a = 0.5 + 0.49 * torch.rand(B, H, L, generator=g, dtype=dtype)
     x = torch.randn(B, H, L, D, generator=g, dtype=dtype)
     if not attention:
