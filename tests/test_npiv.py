@@ -2,12 +2,15 @@
 stationary law, the Lagrangian's pieces, the fits, the baselines on problems with known
 answers, and CartPole against gymnasium."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
 
 from lib.npiv import analysis, baselines, cartpole, demand, experiments
 from lib.npiv import meanfield as mf
+from lib.seeding import stream
 
 
 def _net(B=2, N=7, d=3, seed=0, scale=0.7):
@@ -320,6 +323,25 @@ def test_stationarity_spread_is_the_variance_of_late_means():
     assert not np.allclose(st["L"][0, 0, 0], st["L"][0, 0, 1])  # distinct initialisations
     np.testing.assert_allclose(st["late_A"], st["A"][..., st["t"] >= 1.0].mean(-1))
     np.testing.assert_allclose(st["spread_A"], st["late_A"].var(-1, ddof=1))
+    assert st["test_mse"].shape == (2, 2, 3) and np.all(st["test_mse"] > 0)
+    test = demand.sample(1000, stream(0, "stationarity-test"))
+    assert st["zero_mse"] == pytest.approx(float((test.h_true ** 2).mean()))
+
+
+def test_stationary_test_error_is_the_final_treatment_models():
+    cfg = mf.F2BMLDConfig(steps=3, eta=0.2, zeta=0.5, record_every=3, tracker_steps=1,
+                          flow_step=0.1)
+    st = experiments.stationarity([4], [0], 2, 16, 1.0, 1e-3, cfg, 0, late_from=0.1, n_test=50)
+    data = experiments.demand_batch([demand.sample(16, stream(0, "stationarity-data", 0))] * 2)
+    scales, plus = experiments.init_design(2, (0.05, 1.0))
+    run = mf.f2bmld(data, 1.0, replace(cfg, n_particles=4, sigma=1e-3,
+                                       init_scale=torch.as_tensor(scales, dtype=mf.DTYPE),
+                                       init_plus=torch.as_tensor(plus, dtype=mf.DTYPE)),
+                    0, ("stationarity", 4))
+    test = demand.sample(50, stream(0, "stationarity-test"))
+    pred = run.a(torch.as_tensor(np.stack([test.A] * 2), dtype=mf.DTYPE)).numpy()
+    np.testing.assert_allclose(st["test_mse"][0, 0], ((pred - test.h_true) ** 2).mean(-1),
+                               rtol=1e-5)
 
 
 def test_stationarity_arms_share_initialisations_and_offset_sets_the_asymmetry():
@@ -552,6 +574,50 @@ def test_value_by_n_by_hand():
     assert v.drop == pytest.approx(0.75) and v.drop_se == pytest.approx(0.25)
     b = mf.logdet_bias
     assert v.bias_drop == pytest.approx(0.1 * (b(64, 5) - b(16, 5))) and v.bias_drop > 0
+
+
+def _bias_cells(N, a, b, p, eps):
+    """Cells whose mean is a_d + b·N^(−p) exactly, with two runs ±eps·N^(−1) around it."""
+    N = np.asarray(N, float)
+    mean = np.asarray(a)[None, :] + b * N[:, None] ** (-p)
+    e = eps / N[:, None]
+    return np.stack([mean + e, mean - e], -1)
+
+
+def test_particle_bias_recovers_an_exact_power_law():
+    N = [8, 16, 32, 64, 128]
+    fit = analysis.particle_bias(_bias_cells(N, [1.0, -2.0], 0.3, 1.0, 0.5), N)
+    assert fit.b == pytest.approx(0.3, rel=1e-6) and fit.p == pytest.approx(1.0, rel=1e-6)
+    np.testing.assert_allclose(fit.intercepts, [1.0, -2.0], atol=1e-8)
+    assert fit.se == pytest.approx(0.0, abs=1e-6) and fit.df == 10 - 2 - 2
+    half = analysis.particle_bias(_bias_cells(N, [0.0, 0.5], 0.2, 0.5, 0.5), N)
+    assert half.p == pytest.approx(0.5, rel=1e-6) and half.b == pytest.approx(0.2, rel=1e-6)
+    few = analysis.particle_bias(_bias_cells(N[:3], [0.0], 0.2, 1.0, 0.5), N[:3])
+    assert few.df == 0 and np.isnan(few.se) and few.p == pytest.approx(1.0, rel=1e-4)
+
+
+def test_particle_bias_error_covers_the_exponent():
+    rng = np.random.default_rng(3)
+    N = np.array([8, 16, 32, 64, 128, 256])
+    z = []
+    for _ in range(200):
+        late = 0.3 / N[:, None, None] + 0.7 / N[:, None, None] * rng.standard_normal((6, 3, 16))
+        fit = analysis.particle_bias(late, N)
+        z.append((fit.p - 1.0) / fit.se)
+    assert abs(np.median(z)) < 0.3 and 0.8 < np.std(np.clip(z, -6, 6)) < 1.3
+
+
+def test_particle_bias_needed_error_by_hand():
+    fit = analysis.ParticleBias(b=0.3, p=0.9, se=0.2, df=10, intercepts=np.zeros(2))
+    z = 3.890591886413  # two-sided normal critical value at 1e-4
+    assert fit.needed_se() == pytest.approx(0.5 / z, rel=1e-9)
+    assert fit.runs_factor() == pytest.approx((0.2 * z / 0.5) ** 2, rel=1e-9)
+    assert fit.needed_se(rival=2.0, false_alarm=1e-4) == pytest.approx(1.0 / z, rel=1e-9)
+
+
+def test_relative_test_error_reads_the_largest_particle_number():
+    mse = np.array([[[9.0, 9.0]], [[0.2, 0.4]]])
+    assert analysis.relative_test_error(mse, 2.0) == pytest.approx(0.15)
 
 
 def test_best_penalty_is_the_grid_minimiser_first_on_ties():

@@ -9,7 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.optimize import least_squares
 from scipy.special import polygamma
+from scipy.stats import norm as normal
 from scipy.stats import t as student_t
 
 from lib import stats as S
@@ -341,3 +343,60 @@ def value_by_n(late, particles, sigma: float, dim: int) -> ValueByN:
     small, large = int(particles[0]), int(particles[-1])
     bias = 0.5 * sigma * (abs(logdet_bias(small, dim)) - abs(logdet_bias(large, dim)))
     return ValueByN(per_set.mean(-1), float(d.mean()), se, float(bias))
+
+
+@dataclass
+class ParticleBias:
+    """The stationary value against the particle number, fitted as ``a_d + b·N^(−p)`` (one
+    intercept per data set, a common ``b`` and exponent ``p``), by least squares weighted with
+    each particle number's standard error of a cell mean; ``se`` is the exponent's standard
+    error with the residual variance estimated from the fit (``df`` = K·D − D − 2 degrees of
+    freedom), as in :func:`log_variance_slope`; NaN when ``df`` < 1."""
+
+    b: float
+    p: float
+    se: float
+    df: int
+    intercepts: np.ndarray  # (D,) the fitted limits L∞ per data set
+
+    def needed_se(self, rival: float = 0.5, predicted: float = 1.0,
+                  false_alarm: float = 1e-4) -> float:
+        """The largest exponent error at which a two-sided normal test of ``predicted`` at
+        ``false_alarm`` could reject ``rival`` at all (its band then just excludes it)."""
+        return abs(predicted - rival) / float(normal.isf(false_alarm / 2))
+
+    def runs_factor(self, rival: float = 0.5, predicted: float = 1.0,
+                    false_alarm: float = 1e-4) -> float:
+        """How many times this design's runs (the error falls like 1/√runs) the test of
+        :meth:`needed_se` needs, at the least."""
+        return float((self.se / self.needed_se(rival, predicted, false_alarm)) ** 2)
+
+
+def particle_bias(late, particles) -> ParticleBias:
+    """``late`` (N, data set, run) stationary values at particle numbers ``particles``."""
+    late = np.asarray(late, float)
+    N = np.asarray(particles, float)
+    cell = late.mean(-1)                                            # (K, D)
+    K, D = cell.shape
+    w = 1.0 / (late.std(-1, ddof=1).mean(-1) / np.sqrt(late.shape[-1]))  # (K,)
+
+    def residuals(th):
+        return ((cell - th[:D] - th[D] * N[:, None] ** (-th[D + 1])) * w[:, None]).ravel()
+
+    # start from the least-squares fit at p = 1
+    X = np.concatenate([np.kron(np.ones((K, 1)), np.eye(D)), np.repeat(1 / N, D)[:, None]], 1)
+    start, *_ = np.linalg.lstsq(X * np.repeat(w, D)[:, None], (cell * w[:, None]).ravel(),
+                                rcond=None)
+    fit = least_squares(residuals, np.r_[start, 1.0])
+    df = K * D - D - 2
+    se = float("nan")  # no degrees of freedom left: the error cannot be estimated
+    if df >= 1:
+        s2 = float((fit.fun ** 2).sum() / df)
+        se = float(np.sqrt((np.linalg.pinv(fit.jac.T @ fit.jac) * s2)[-1, -1]))
+    return ParticleBias(float(fit.x[D]), float(fit.x[D + 1]), se, df, fit.x[:D].copy())
+
+
+def relative_test_error(test_mse, zero_mse: float) -> float:
+    """The mean test error of the runs at the largest particle number (``test_mse``: (N, …))
+    over the zero function's: 1 is a model that learned nothing, 0 the structural function."""
+    return float(np.asarray(test_mse, float)[-1].mean() / zero_mse)
