@@ -124,9 +124,10 @@ class Power:
     ``detectable`` (the smallest effect the rule detects at its false-alarm rate), ``effect`` (the
     paper's effect, or a stated one) and ``ceiling`` (the largest effect the design can show at
     all; ``None`` when unbounded), all as magnitudes in the claim's units. ``detects`` is
-    ``detectable ≤ effect ≤ ceiling`` (and the control, when given). ``matched=False`` marks arms
-    that differ in data or compute: such a design tests nothing (*not tested* whatever its
-    outcome). ``statement``: one sentence a reader understands; ``value``: optional, a number,
+    ``detectable ≤ effect ≤ ceiling`` (and the control, when given). ``matched=False`` marks a
+    comparison that cannot stand for the paper's — arms that differ in data or compute, a design
+    outside the paper's regime, or a rule a rival passes as well — and the statement says which:
+    such a design tests nothing (*not tested* whatever its outcome). ``statement``: one sentence a reader understands; ``value``: optional, a number,
     list or dict shown beside it.
     """
 
