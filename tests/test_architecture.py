@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 #: Notebook-facing helpers and small shared building blocks any paper module may import.
 SHARED = {"lib.chapter", "lib.claims", "lib.outputs", "lib.results", "lib.run", "lib.plotting", "lib.sweep",
           "lib.parameters", "lib.stats", "lib.seeding", "lib.provenance", "lib.llama", "lib.pcfg", "lib.population",
-          "lib.digests", "lib.profiling", "lib.render", "lib.verdicts"}
+          "lib.digests", "lib.profiling", "lib.profiles", "lib.render", "lib.verdicts"}
 PIPELINE = "lib.pipeline"
 
 

@@ -257,6 +257,23 @@ def test_every_profile_resolves(chapter, profile):
         assert resolved[name] == chapter.parameters[name].coerce(value)
 
 
+@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda ch: ch.number)
+def test_a_chapter_reads_each_profile_as_the_runner_resolves_it(chapter, profile):
+    """lib.profiles, which a chapter's prose reads for the other profiles' sizes, agrees with the
+    runner's resolution of the profile (every declared parameter, defaults included)."""
+    from lib.profiles import profile_values
+
+    assert profile_values(chapter.slug, profile) == chapter.resolve(BOOK.profile(profile, chapter), {})
+
+
+def test_a_profile_that_does_not_exist_is_refused():
+    from lib.profiles import profile_values
+
+    with pytest.raises(ValueError, match="no profile 'huge'"):
+        profile_values(CHAPTERS[0].slug, "huge")
+
+
 PROBES = [
     ("08", "n_seeds", "0"), ("08", "Ns", "[]"), ("08", "Ns", "[1000000000000]"),
     ("08", "beta", "nan"), ("08", "beta", "-inf"), ("08", "beta", "inf"),
