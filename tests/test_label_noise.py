@@ -469,3 +469,82 @@ def test_digits_run_is_the_task_of_its_stream_trained_with_its_seed():
         np.testing.assert_array_equal(got[k], want[k])
     other = M.digits_run(3, **kw)
     assert any(not np.array_equal(got[k], other[k]) for k in ("clean", "noisy", "test"))
+
+
+def _reuse_run(errors, n_reuse, noisy_errors, noisy_n):
+    return {"reuse_errors": errors, "n_reuse": n_reuse, "reuse_noisy_errors": noisy_errors,
+            "reuse_noisy_n": noisy_n}
+
+
+def test_bound_excess_counts_runs_within_twice_their_bound_and_their_clean_source_error():
+    runs = [_reuse_run(82, 1000, 70, 120), _reuse_run(450, 1000, 60, 120), _reuse_run(90, 1000, 60, 100)]
+    out = M.bound_excess(runs, [0.06, 0.12, 0.05])
+    assert out["ratios"] == pytest.approx([82 / 60, 450 / 120, 90 / 50])
+    assert out["clean_source"] == pytest.approx([12 / 880, 390 / 880, 30 / 900])
+    assert (out["n"], out["n_within"]) == (3, 2)
+    assert (out["within_lo"], out["within_hi"]) == pytest.approx((82 / 60, 1.8))
+    assert out["above_lo"] == out["above_hi"] == pytest.approx(3.75)
+    assert (out["clean_lo"], out["clean_hi"], out["clean_at_max"]) == pytest.approx((12 / 880, 390 / 880, 390 / 880))
+    assert out["sentence"] == ("2 of the 3 runs err within 2 times their bound (error / bound 1.37 to 1.80), the "
+                               "other 1 at 3.8 to 3.8 times it; on the test points that reuse a clean sample's "
+                               "noise vector the runs err on 0.014 to 0.443 (0.443 in the run furthest above its "
+                               "bound)")
+    every = M.bound_excess(runs[:1], [0.06])
+    assert every["sentence"].startswith("every one of the 1 runs errs within 2 times its bound (error / bound 1.37")
+    assert np.isnan(every["above_lo"])
+    none = M.bound_excess(runs[1:2], [0.12], within=1.5)
+    assert none["n_within"] == 0 and none["sentence"].startswith("none of the 1 runs errs within 1.5 times")
+    with pytest.raises(ValueError):
+        M.bound_excess(runs, [0.1])
+    with pytest.raises(ValueError):
+        M.bound_excess(runs[:1], [0.0])
+
+
+def test_sweep_convergence_reports_runs_outside_the_initialisation_event_apart():
+    def run(ratio, seed, loss, event):
+        return {"ratio": ratio, "seed": seed, "final_loss": loss, "steps_run": 100 * seed, "init_event": event}
+
+    runs = [run(1.5, 0, 0.0049, True), run(1.5, 1, 0.02, False), run(3.0, 0, 0.005, True)]
+    out = M.sweep_convergence(runs, 0.005)
+    assert out["holds"] and out["n_outside"] == 1 and out["missed_inside"] == 0
+    assert out["worst_inside"] == 0.005 and out["worst_outside"] == 0.02
+    assert [q["reached"] for q in out["runs"]] == [True, False, True]
+    assert out["runs"][1] == {"ratio": 1.5, "seed": 1, "final_loss": 0.02, "steps_run": 100, "reached": False,
+                              "init_event": False}
+    bad = M.sweep_convergence([*runs, run(6.0, 2, 0.0051, True)], 0.005)
+    assert not bad["holds"] and bad["missed_inside"] == 1 and bad["worst_inside"] == 0.0051
+    assert not M.sweep_convergence(runs[1:2], 0.005)["holds"]  # no run inside the event: nothing shown
+
+
+def test_sweep_convergence_sentence_names_the_runs_that_missed_and_those_outside():
+    def run(ratio, seed, loss, event, steps=1000):
+        return {"ratio": ratio, "seed": seed, "final_loss": loss, "steps_run": steps, "init_event": event}
+
+    ok = M.sweep_convergence([run(1.5, 0, 0.004, True, 900), run(3.0, 1, 0.005, True, 2000)], 0.005)
+    assert ok["sentence"] == ("every one of the 2 runs inside the initialisation event reached it (largest final "
+                              "loss 0.0050, after 900 to 2000 steps)")
+    bad = M.sweep_convergence([run(1.5, 0, 0.006, True), run(6.0, 2, 0.02, False)], 0.005)
+    assert bad["sentence"].startswith("1 of the 1 runs inside the initialisation event did not reach it "
+                                      "(d/n = 1.5 seed 0, final loss 0.0060)")
+    assert bad["sentence"].endswith("; 1 start outside it (d/n = 6 seed 2, final loss 0.0200, target not reached)")
+    assert M.sweep_convergence([run(6.0, 2, 0.02, False)], 0.005)["sentence"].startswith("no run starts inside")
+
+
+def test_no_rise_is_the_paired_mcnemar_test():
+    # 2 runs × 10 points; 5 turn wrong, 1 turns right between index 0 and the end
+    start = np.ones((2, 10), bool)
+    start[0, 0] = False
+    end = start.copy()
+    end[0, 0] = True
+    end[1, :5] = False
+    right = [np.stack([start[0], end[0]]), np.stack([start[1], end[1]])]
+    out = M.no_rise(right, 0, alpha=0.05)
+    assert (out["worse"], out["better"], out["pairs"]) == (5, 1, 20)
+    assert out["rise"] == pytest.approx(4 / 20)
+    assert out["p"] == pytest.approx(M.p_rise(5, 1))
+    assert out["declare_at"] == 7  # P(Bin(w + 1, ½) ≥ w) = (w + 2)/2^(w+1): 0.0625 at w = 6, 0.035 at w = 7
+    assert M.p_rise(out["declare_at"], 1) < 0.05 <= M.p_rise(out["declare_at"] - 1, 1)
+    assert out["detectable"] == pytest.approx((out["declare_at"] - 1) / 20)
+    assert out["bound"] == pytest.approx(out["detectable"] - 1 / 20)
+    assert out["declared"] == (out["rise"] > out["bound"]) == (out["p"] < 0.05)
+    assert not M.no_rise([np.stack([start[1], start[1]])], 0, alpha=0.05)["declared"]

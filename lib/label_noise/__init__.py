@@ -16,11 +16,11 @@ trained by full-batch gradient descent on the logistic loss of ỹ·f.
   the digits runs.
 """
 
-from lib.label_noise.analysis import (detect_stages, log10_p_rate_at_least, overtake_step, p_rate_at_least,
-                                      p_rate_at_most, p_rates_at_least, p_rise, paired_changes, pooled_selection,
-                                      precision_recall, per_run_reading, reuse_summary,
+from lib.label_noise.analysis import (bound_excess, detect_stages, log10_p_rate_at_least, no_rise, overtake_step,
+                                      p_rate_at_least, p_rate_at_most, p_rates_at_least, p_rise, paired_changes,
+                                      pooled_selection, precision_recall, per_run_reading, reuse_summary,
                                       rise_power, select_small_loss, smallest_detectable_rise, stack_runs,
-                                      stage_one_appears, stage_one_best)
+                                      stage_one_appears, stage_one_best, sweep_convergence)
 from lib.label_noise.data import make_data, make_reuse_test, mu_norm_for, snr
 from lib.label_noise.digits import digits_task, train_digits
 from lib.label_noise.experiments import digits_run, dim_point, phase_point
@@ -31,7 +31,8 @@ from lib.label_noise.theory import (benign_exponent, heuristic_boundary, noisy_l
 from lib.label_noise.training import (History, flip_rates, init_event, log_steps, run_synthetic, run_to_loss, train,
                                       train_to_loss)
 
-__all__ = ["detect_stages", "log10_p_rate_at_least", "p_rate_at_least", "p_rate_at_most", "p_rise",
+__all__ = ["bound_excess", "no_rise", "sweep_convergence",
+           "detect_stages", "log10_p_rate_at_least", "p_rate_at_least", "p_rate_at_most", "p_rise",
            "precision_recall", "select_small_loss", "smallest_detectable_rise", "stage_one_appears", "overtake_step",
            "stack_runs", "make_data", "make_reuse_test", "init_event", "flip_rates", "p_rates_at_least",
            "per_run_reading", "paired_changes", "dim_point", "phase_point", "digits_run",

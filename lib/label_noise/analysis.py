@@ -200,3 +200,109 @@ def paired_changes(right, index: int) -> dict:
             "better": sum(int(np.sum(~r[index] & r[-1])) for r in right),
             "right_at": sum(int(r[index].sum()) for r in right),
             "pairs": sum(r.shape[1] for r in right)}
+
+
+def bound_excess(runs, bounds, within: float = 2.0) -> dict:
+    """How far each run's error on the paper's test set lies above its lower bound. Theorem 4.2
+    bounds the error from below only, so a run far above its bound is consistent with it; this
+    says how far. ``runs`` are :func:`~lib.label_noise.training.run_to_loss` results with the
+    paper's test set, ``bounds`` their bounds (one each, > 0). Returns per run the ``ratios``
+    (error / bound) and the error on the test points whose noise vector is a *clean* training
+    sample's (``clean_source``, NaN where there is none); ``n``, ``n_within`` (ratio ≤ ``within``),
+    the smallest and largest ratio over all runs, over those within and over the others
+    (``lo``/``hi``, ``within_lo``/``within_hi``, ``above_lo``/``above_hi``, NaN where empty), the
+    range of the clean-source errors (``clean_lo``, ``clean_hi``) and that of the run furthest
+    above its bound (``clean_at_max``), and ``sentence``, the finding in words."""
+    runs, bounds = list(runs), [float(b) for b in bounds]
+    if not runs or len(bounds) != len(runs):
+        raise ValueError(f"bound_excess needs one bound per run ({len(bounds)} for {len(runs)})")
+    if min(bounds) <= 0:
+        raise ValueError("bound_excess needs positive bounds")
+    ratios = [r["reuse_errors"] / r["n_reuse"] / b for r, b in zip(runs, bounds)]
+    clean = [(r["reuse_errors"] - r["reuse_noisy_errors"]) / (r["n_reuse"] - r["reuse_noisy_n"])
+             if r["n_reuse"] > r["reuse_noisy_n"] else math.nan for r in runs]
+    inside = [q <= within for q in ratios]
+
+    def ends(keep, pick):
+        chosen = [v for v, k in zip(ratios, keep) if k]
+        return pick(chosen) if chosen else math.nan
+
+    out = {"ratios": ratios, "clean_source": clean, "n": len(runs), "n_within": int(sum(inside)),
+           "within": within, "lo": min(ratios), "hi": max(ratios),
+           "within_lo": ends(inside, min), "within_hi": ends(inside, max),
+           "above_lo": ends([not k for k in inside], min), "above_hi": ends([not k for k in inside], max),
+           "clean_lo": float(np.nanmin(clean)) if not np.all(np.isnan(clean)) else math.nan,
+           "clean_hi": float(np.nanmax(clean)) if not np.all(np.isnan(clean)) else math.nan,
+           "clean_at_max": clean[int(np.argmax(ratios))]}
+    n, k = out["n"], out["n_within"]
+    if k == n:
+        head = f"every one of the {n} runs errs within {within:g} times its bound (error / bound " \
+               f"{out['lo']:.2f} to {out['hi']:.2f})"
+    elif k == 0:
+        head = f"none of the {n} runs errs within {within:g} times its bound (error / bound " \
+               f"{out['lo']:.1f} to {out['hi']:.1f})"
+    else:
+        head = (f"{k} of the {n} runs err within {within:g} times their bound (error / bound "
+                f"{out['within_lo']:.2f} to {out['within_hi']:.2f}), the other {n - k} at {out['above_lo']:.1f} "
+                f"to {out['above_hi']:.1f} times it")
+    out["sentence"] = (head + f"; on the test points that reuse a clean sample's noise vector the runs err on "
+                       f"{out['clean_lo']:.3f} to {out['clean_hi']:.3f} ({out['clean_at_max']:.3f} in the run "
+                       "furthest above its bound)")
+    return out
+
+
+def sweep_convergence(runs, target_loss: float) -> dict:
+    """Whether the runs of a sweep trained to the loss target, the runs inside the initialisation
+    event (:func:`~lib.label_noise.training.init_event`) apart from the others: per run ``ratio``
+    (d/n), ``seed``, ``final_loss``, ``steps_run``, ``reached`` and ``init_event``; the largest
+    final loss over the runs inside the event (``worst_inside``, NaN if none) and over the others
+    (``worst_outside``), how many runs are outside (``n_outside``), how many inside did not reach
+    the target (``missed_inside``), and ``holds``: every run inside the event reached it."""
+    runs = list(runs)
+    rows = [{"ratio": float(r["ratio"]), "seed": int(r["seed"]), "final_loss": float(r["final_loss"]),
+             "steps_run": int(r["steps_run"]), "reached": bool(r["final_loss"] <= target_loss),
+             "init_event": bool(r["init_event"])} for r in runs]
+    inside = [q for q in rows if q["init_event"]]
+    outside = [q for q in rows if not q["init_event"]]
+    return {"runs": rows, "n": len(rows), "n_outside": len(outside),
+            "worst_inside": max((q["final_loss"] for q in inside), default=math.nan),
+            "worst_outside": max((q["final_loss"] for q in outside), default=math.nan),
+            "missed_inside": sum(not q["reached"] for q in inside),
+            "holds": bool(inside) and all(q["reached"] for q in inside),
+            "sentence": _convergence_sentence(inside, outside, target_loss)}
+
+
+def _convergence_sentence(inside, outside, target_loss: float) -> str:
+    """:func:`sweep_convergence`'s finding in words."""
+    if not inside:
+        text = "no run starts inside the initialisation event"
+    else:
+        missed = [q for q in inside if not q["reached"]]
+        steps = [q["steps_run"] for q in inside]
+        text = (f"every one of the {len(inside)} runs inside the initialisation event reached it"
+                if not missed else f"{len(missed)} of the {len(inside)} runs inside the initialisation event did "
+                f"not reach it (" + "; ".join(f"d/n = {q['ratio']:g} seed {q['seed']}, final loss "
+                                              f"{q['final_loss']:.4f}" for q in missed) + ")")
+        text += (f" (largest final loss {max(q['final_loss'] for q in inside):.4f}, after {min(steps)} to "
+                 f"{max(steps)} steps)")
+    if outside:
+        text += (f"; {len(outside)} start outside it (" + "; ".join(
+            f"d/n = {q['ratio']:g} seed {q['seed']}, final loss {q['final_loss']:.4f}"
+            + ("" if q["final_loss"] <= target_loss else ", target not reached") for q in outside) + ")")
+    return text
+
+
+def no_rise(right, index: int, alpha: float) -> dict:
+    """The exact one-sided McNemar test of "the error does not rise from recording index ``index``
+    to the end" on paired test points pooled over runs (``right`` as in :func:`paired_changes`):
+    the counts of :func:`paired_changes`, the ``rise`` (worse − better)/pairs, the least number of
+    points turned wrong that the test declares a rise at level ``alpha`` given the improvements
+    (``declare_at``), the smallest detectable rise (:func:`smallest_detectable_rise`), ``bound``
+    (the largest rise not declared: detectable − 1/pairs), the p-value ``p`` (:func:`p_rise`) and
+    ``declared`` (p < ``alpha``, equivalently rise > ``bound``)."""
+    c = paired_changes(right, index)
+    detectable = smallest_detectable_rise(c["better"], c["pairs"], alpha)
+    p = p_rise(c["worse"], c["better"])
+    return c | {"rise": (c["worse"] - c["better"]) / c["pairs"], "detectable": detectable,
+                "declare_at": int(round(detectable * c["pairs"])) + c["better"],
+                "bound": detectable - 1.0 / c["pairs"], "p": p, "declared": bool(p < alpha)}
