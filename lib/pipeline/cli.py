@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import os
 import sys
 from pathlib import Path
@@ -398,6 +399,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return USAGE
     except KeyboardInterrupt:
+        # A kernel the Ctrl-C reached first leaves papermill's cell task failed with
+        # DeadKernelError; asyncio would print that task's traceback when it is collected at exit.
+        logging.getLogger("asyncio").disabled = True
         print("interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # `companion list | head -1`: the reader has all it wants
