@@ -35,7 +35,7 @@ from lib.pipeline.cache import (DEPFILE, _depfile_cell, _sha, cache_key, environ
 from lib.pipeline.chapters import Book, ChapterSource, UsageError
 from lib.pipeline.cores import check_scheduler, scheduler_address, set_threads
 from lib.run import RunContext, requested_threads
-from lib.provenance import environment, git_commit
+from lib.provenance import git_commit
 
 KERNEL_LOG = ".kernel.log"
 
@@ -202,6 +202,20 @@ def _check_device(device: str) -> None:
         raise UsageError(f"parameter 'device': {device!r} is not available on this machine")
 
 
+def _versions() -> dict:
+    """The interpreter's and the numerical stack's versions (as lib.provenance.environment gives
+    them in the kernel), read from the installed packages' metadata: importing torch only to read
+    its version cost the runner's own process more CPU than a small chapter's whole kernel."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {"python": platform.python_version()}
+    for name in ("numpy", "torch"):
+        with contextlib.suppress(PackageNotFoundError):
+            found[name] = version(name)
+    return found
+
+
 def _cpu_seconds() -> float:
     """CPU seconds of this process and of its children that have ended (the kernel, once
     papermill has shut it down; not the workers of a Dask cluster, which outlive the run)."""
@@ -298,13 +312,13 @@ def _execute(book: Book, chapter: ChapterSource, profile: str, params: dict, out
     deps = sorted(os.path.relpath(d, book.root.resolve()) for d in summary["deps"])
     for scratch in (DEPFILE, ".input.ipynb", KERNEL_LOG):
         (tmp / scratch).unlink(missing_ok=True)
-    env = environment()
+    env = _versions()
     doc.update(chapter=chapter.slug, profile=profile, parameters=params)
     doc["provenance"] = {"git": git_commit(book.root), "cache_key": cache_key(book, chapter, params, deps),
                          "python": env["python"], "torch": env.get("torch"), "numpy": env["numpy"],
                          "started": started, "runtime_s": round(runtime, 2),
                          "cpu_s": round(_cpu_seconds() - cpu0, 2),
-                         "threads": requested_threads() or env["threads"],
+                         "threads": requested_threads() or os.cpu_count(),
                          "deps": deps, "sweeps": summary["sweeps"]}
     results.write(tmp, doc)
 
