@@ -127,8 +127,8 @@ class Power:
     ``detectable ≤ effect ≤ ceiling`` (and the control, when given). ``matched=False`` marks a
     comparison that cannot stand for the paper's — arms that differ in data or compute, a design
     outside the paper's regime, or a rule a rival passes as well — and the statement says which:
-    such a design tests nothing (*not tested* whatever its outcome). ``statement``: one sentence a reader understands; ``value``: optional, a number,
-    list or dict shown beside it.
+    such a design tests nothing (*not tested* whatever its outcome). ``statement``: one sentence
+    a reader understands; ``value``: optional, a number, list or dict shown beside it.
     """
 
     def __init__(self, statement: str, *, detectable: float | None = None, effect: float | None = None,
