@@ -58,7 +58,11 @@ def _one_torch_thread():
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     """A minimal project: a copy of lib/ plus one fixture chapter and its profiles."""
-    root = tmp_path / "project"
+    return make_project(tmp_path / "project")
+
+
+def make_project(root: Path) -> Path:
+    """The `project` fixture's project, made at ``root`` (for fixtures of a wider scope)."""
     shutil.copytree(ROOT / "lib", root / "lib", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copyfile(FIXTURES / "fixture_paper.py", root / "lib" / "fixture_paper.py")
     (root / "lib" / "unrelated_paper.py").write_text("X = 1\n")

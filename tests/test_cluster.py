@@ -28,11 +28,12 @@ from conftest import ROOT, companion
 from lib.pipeline.chapters import Book
 
 #: The chapters compared: one for each way a sweep point draws and computes — torch models whose
-#: initialisation draws from the global generator (02, 10), torch generators inside one batched
-#: mean-field run (03), numpy streams over many small points (05). Every chapter draws only through
-#: lib.seeding (tests/test_seeding.py) and `test_book` checks each quick run's stream roots, so the
-#: other six would repeat these; comparing all ten cost about three minutes of every `make test`.
-CLUSTER_CHAPTERS = ("02", "03", "05", "10")
+#: initialisation draws from the global generator (10; 02's language models draw the same way),
+#: torch generators inside one batched mean-field run (03), numpy streams over many small points
+#: (05). Every chapter draws only through lib.seeding (tests/test_seeding.py) and `test_book`
+#: checks each quick run's stream roots, so the other seven would repeat these; each compared
+#: chapter costs about half a CPU-minute of every `make test`.
+CLUSTER_CHAPTERS = ("03", "05", "10")
 CHAPTERS = [c.slug for c in Book(ROOT).chapters() if c.slug[:2] in CLUSTER_CHAPTERS]
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import companion
+from conftest import companion, make_project
 
 from lib.pipeline import record_pages, records
 from lib.pipeline.chapters import Book
@@ -51,10 +52,7 @@ def edit(path: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new))
 
 
-@pytest.fixture
-def repo(project) -> Path:
-    """The fixture project as a git repository, with three sweep points at `paper` (two at
-    `quick`, the canary, so that it runs the same sweep function)."""
+def _as_repo(project: Path) -> Path:
     (project / "book" / "params" / "paper.yaml").write_text("99-fixture: {n: 64, points: 3}\n")
     (project / "book" / "params" / "quick.yaml").write_text("99-fixture: {n: 4, points: 2}\n")
     commit(project)
@@ -62,8 +60,25 @@ def repo(project) -> Path:
 
 
 @pytest.fixture
-def recorded(repo) -> Path:
-    """The fixture chapter run at `paper` (seconds for this chapter) and recorded."""
+def repo(project) -> Path:
+    """The fixture project as a git repository, with three sweep points at `paper` (two at
+    `quick`, the canary, so that it runs the same sweep function)."""
+    return _as_repo(project)
+
+
+@pytest.fixture
+def recorded(_recorded_once, tmp_path) -> Path:
+    """A copy of the recorded project (its history, run, points and record) for one test to change."""
+    root = tmp_path / "project"
+    shutil.copytree(_recorded_once, root, symlinks=True)
+    return root
+
+
+@pytest.fixture(scope="module")
+def _recorded_once(tmp_path_factory) -> Path:
+    """The fixture chapter run at `paper` (seconds for this chapter) and recorded, once for the
+    module: the tests that read or change a recorded project each get a copy (`recorded`)."""
+    repo = _as_repo(make_project(tmp_path_factory.mktemp("recorded") / "project"))
     assert companion("run", "99", "--profile", "paper", root=repo).returncode == 0
     before = _files(repo)
     out = companion("record", "99", "--profile", "paper", root=repo)
