@@ -162,6 +162,7 @@ def test_literal_step_keeps_ties():
         assert abs(ok.mean() - fast.mean()) < 4.5 * np.sqrt(fast.mean() * (1 - fast.mean()) / 4000)
 
 
+@pytest.mark.slow
 def test_shared_parity_direct_step_is_symmetric():
     """The k! reorderings share the update: for k = 2 the greedy chain is right in the limit with
     probability 1/2 + arcsin(1/(d+1))/π (correlated Gaussian score differences), not 1."""

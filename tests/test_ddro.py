@@ -284,6 +284,7 @@ def test_dpo_step_is_newtons_step():
     np.testing.assert_allclose(small.numpy(), got.numpy() * 1e-3 / float(got.abs().max()), atol=1e-15)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["ddro", "dpo"])
 def test_member_alone_and_in_a_batch_agree_and_converge(kind):
     pytest.importorskip("torch")
@@ -298,6 +299,7 @@ def test_member_alone_and_in_a_batch_agree_and_converge(kind):
         assert D.tv(batch.policies[m], batch.optimum[m]) < 0.2 * D.tv(batch.optimum[m], setup.target) + 1e-3
 
 
+@pytest.mark.slow
 def test_an_output_that_only_lost_does_not_stop_convergence():
     torch = pytest.importorskip("torch")
     setup = D.sequence_setup(2, 3, 4, 0)
@@ -407,10 +409,12 @@ def test_study_bt_column_is_the_plugin_on_the_same_pairs(setup):
 
 
 def _smooth_loss(h, pos, neg, alpha=0.5):
-    """Σ_y ℓ_y(h_y) of one policy with the smooth pieces (valid at h ≤ c), numpy."""
+    """Σ_y ℓ_y(h_y) of one policy with the smooth pieces (valid at h ≤ c), numpy; ``h`` of shape
+    (..., outputs) gives one loss per leading index."""
     N = pos.sum() + neg.sum()
     g = np.exp(h)
-    return float(-(np.where(pos > 0, pos * h, 0.0) + neg * np.log1p(-alpha * g)).sum() / N)
+    loss = -(np.where(pos > 0, pos * h, 0.0) + neg * np.log1p(-alpha * g)).sum(-1) / N
+    return float(loss) if np.ndim(loss) == 0 else loss
 
 
 @pytest.mark.parametrize("never_loses", [True, False])
@@ -433,7 +437,7 @@ def test_ddro_step_is_the_constrained_minimiser_by_brute_force(never_loses):
         d0 = np.linspace(lo[0], hi[0], 200001)
         d1 = -p[0] * d0 / p[1]
         ok = (d1 >= lo[1] - 1e-15) & (d1 <= hi[1] + 1e-15)
-        vals = np.array([_smooth_loss(h + np.array([a, b]), pos, neg) for a, b in zip(d0[ok], d1[ok])])
+        vals = _smooth_loss(h + np.stack([d0[ok], d1[ok]], -1), pos, neg)
         best = np.array([d0[ok][vals.argmin()], d1[ok][vals.argmin()]])
         assert abs(p @ got) < 1e-12
         assert (got >= lo - 1e-12).all() and (got <= hi + 1e-12).all()

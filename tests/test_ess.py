@@ -225,6 +225,7 @@ def test_trained_swr_mixer_is_the_swr_kernel_per_key_dimension():
     assert torch.allclose(y, want, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_training_is_deterministic_and_learns():
     cfg = M.ModelConfig("softmax", d_k=8, d_model=32)
     tc = M.TrainConfig(n_pairs=2, steps=40, batch=16, lr=1e-2)

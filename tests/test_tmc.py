@@ -126,6 +126,7 @@ def test_expected_update_is_the_gradient_of_the_objective(tree, method, objectiv
             assert g[l][i, j] == pytest.approx((J(up) - J(down)) / (2 * eps), abs=1e-7)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method,draws", [("REINFORCE", 20000), ("RL-rej", 20000), ("KL-GRPO", 8000)])
 def test_stochastic_updates_average_to_the_expected_update(tree, method, draws):
     t, task, _, _, _ = tree
