@@ -7,6 +7,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -81,6 +82,17 @@ def make_project(root: Path) -> Path:
 #: chapters at a time, one core each: most chapters train small models one Python step at a time,
 #: so two share the machine better than one uses both cores) and builds _build/html.
 DEFAULT_BOOK = ("build", "--profile", "default", "--jobs", "2")
+#: How much lower the default book's build runs than the rest of the suite (``nice``).
+BOOK_NICENESS = 10
+#: When the background build started, and how long it and the wait for it took (seconds).
+BOOK_TIMES: dict[str, float] = {}
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Say how the background build of the default book went against the rest of the suite."""
+    if "built_s" in BOOK_TIMES:
+        terminalreporter.write_line(f"default book: built in {BOOK_TIMES['built_s']:.0f} s from the start of the "
+                                    f"session; the tests that read it waited {BOOK_TIMES['waited_s']:.0f} s for it")
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -94,9 +106,14 @@ def _default_book_build(request, tmp_path_factory):
         return
     logs = tmp_path_factory.mktemp("default-book")
     with (logs / "stdout").open("w+") as out, (logs / "stderr").open("w+") as err:
+        # At a lower priority: the rest of the suite (one process at a time) keeps a core, the build
+        # takes what is left and both cores once the tests that read it are all that remain. At
+        # equal priority the build's two processes take two thirds of two cores, and once it is
+        # done the rest of the suite runs on one core while the other idles.
+        BOOK_TIMES["started"] = time.monotonic()
         proc = subprocess.Popen([str(BIN / "companion"), *DEFAULT_BOOK], cwd=ROOT, text=True, stdout=out,
                                 stderr=err, env={**os.environ, "COMPANION_ROOT": str(ROOT)},
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=lambda: os.nice(BOOK_NICENESS))
         try:
             yield proc, out, err
         finally:
@@ -112,7 +129,10 @@ def default_book(_default_book_build) -> subprocess.CompletedProcess:
         out = companion(*DEFAULT_BOOK, timeout=3600)
     else:
         proc, stdout, stderr = _default_book_build
+        waited = time.monotonic()
         proc.wait(timeout=3600)
+        BOOK_TIMES["waited_s"] = time.monotonic() - waited
+        BOOK_TIMES["built_s"] = time.monotonic() - BOOK_TIMES["started"]
         stdout.seek(0)
         stderr.seek(0)
         out = subprocess.CompletedProcess(proc.args, proc.returncode, stdout.read(), stderr.read())
