@@ -374,6 +374,9 @@ def test_chen2023_bound_against_explicit_loops():
     assert out["bound"] == pytest.approx(0.25 + 2 * min(u1, u2) + conf, rel=1e-14)
     with pytest.raises(ValueError):
         L.chen2023_bound(K[:1], sums[:1], 5, loss[:1], train_loss=0.0)
+    # the floor: row means 0.8/3, 0.6/3, 1.3/3 → the largest excess over row 0 is 0.5/3, below U₂
+    assert L.chen2023_u2_floor(loss) == pytest.approx(0.5 / 3, rel=1e-14)
+    assert L.chen2023_u2_floor(loss) <= out["U2"]
 
 
 def test_features_gram_and_sq_norms_are_the_references(tiny):

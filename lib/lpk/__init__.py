@@ -29,8 +29,9 @@ identity ℓ(w_T, z) = ℓ(w_0, z) − (1/n) Σ_i K_T(z, z_i).
 """
 
 from lib.lpk.batch import gradient_flow_batch
-from lib.lpk.bounds import (arora_complexity, bound_report, chen2023_bound, confidence_term, identity_error,
-                            kernel_machine, lpk_bound_over_time, lpk_complexity, taylor_report, violation_ceiling)
+from lib.lpk.bounds import (arora_complexity, bound_report, chen2023_bound, chen2023_u2_floor, confidence_term,
+                            identity_error, kernel_machine, lpk_bound_over_time, lpk_complexity, taylor_report,
+                            violation_ceiling)
 from lib.lpk.data import digits_1v7, gaussian_mixture
 from lib.lpk.experiments import run, run_sweeps, step_convergence
 from lib.lpk.flow import Trajectory, brute_force_lpk, gradient_flow
@@ -43,7 +44,8 @@ from lib.lpk.ranks import (kendall_detectable, kendall_power, kendall_s, kendall
 from lib.lpk.summary import (bound_above_gap_text, bound_over_gap_by_n, by_n_summary, detectable_taus,
                              geometric_means, median_positive_ratio, rank_statistics, unique_runs, values_by_level)
 
-__all__ = ["gradient_flow_batch", "chen2023_bound", "gradient_and_tangent", "bound_report", "confidence_term",
+__all__ = ["gradient_flow_batch", "chen2023_bound", "chen2023_u2_floor", "gradient_and_tangent", "bound_report",
+           "confidence_term",
            "identity_error", "kernel_machine", "lpk_bound_over_time",
            "lpk_complexity", "taylor_report", "digits_1v7", "gaussian_mixture", "run", "run_sweeps",
            "Trajectory", "brute_force_lpk", "gradient_flow", "DTYPE", "directional_derivatives",

@@ -211,6 +211,17 @@ def chen2023_bound(K_SS: np.ndarray, sum_K_train: np.ndarray, n_train: int, loss
             "complexity": 2 * min(u1, u2), "bound": float(train_loss) + 2 * min(u1, u2) + conf}
 
 
+def chen2023_u2_floor(loss_S: np.ndarray) -> float:
+    """A lower bound on the 2023 bound's U₂ that needs no second training set to be unlike S:
+    with S′_1 = S, row 0 of ``loss_S`` is the trained network's loss on its own training points,
+    so U₂ ≥ ‖loss_S[j] − loss_S[0]‖₁/N ≥ mean(loss_S[j]) − mean(loss_S[0]) for every j, the loss on S
+    of a network trained on another sample less the training loss: about the gap itself. The bound
+    then exceeds the test loss by at least 2·floor + confidence − gap whatever the data."""
+    loss_S = np.asarray(loss_S, dtype=float)
+    means = loss_S.mean(axis=1)
+    return float(np.max(means[1:] - means[0]))
+
+
 def lpk_bound_over_time(traj: Trajectory, split: Split) -> np.ndarray:
     """The LPK complexity term (2/n²)√(1ᵀK_t1 · Tr K_t) at every recorded time t (the confidence
     term, constant in t, is added separately)."""
