@@ -18,6 +18,10 @@ REPOSITORY_URL ?=
 
 .PHONY: venv book test test-fast chapter bench lint strip clean chromium
 
+# Python may keep its bytecode (ignored by git): pytest then keeps its rewritten test modules
+# between runs, which saves `make test-fast` about four CPU-seconds of collection each time.
+unexport PYTHONDONTWRITEBYTECODE
+
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt
