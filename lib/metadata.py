@@ -592,3 +592,107 @@ def equivalence(deviations: np.ndarray, tolerance: float, rate: float) -> Equiva
     mean, se = d.mean(1), d.std(1, ddof=1) / np.sqrt(n)
     crit = float(stats.t.isf(rate, n - 1))
     return Equivalence(mean, se, crit, (crit + float(stats.t.isf(0.1, n - 1))) * se, float(tolerance), rate, n)
+
+
+def beyond_ceiling(effects: dict, ceilings: dict) -> list:
+    """The tests whose effect (a margin to rule out) is at or above the design's ceiling, the largest
+    difference the data can show there (``None``: unbounded): a rule that needs the difference to stay
+    short of that margin cannot be violated on those tests, whatever the models do."""
+    return [k for k in effects if ceilings.get(k) is not None and effects[k] >= ceilings[k]]
+
+
+def margin_power(comparison: Comparison, margins: dict, ceilings: dict, *, unit: str, what: str,
+                 ceiling_is: str, excess: float):
+    """The :class:`lib.claims.Power` of a non-inferiority :class:`Comparison` (each test: difference +
+    margin above 0): its binding test's numbers as :func:`claim_power`'s, each test's margin against its
+    ceiling (``ceiling_is`` says what bounds it) in the statement, and ``matched=False`` where some margin
+    is at or above its ceiling (:func:`beyond_ceiling`): that test cannot fail, so a pass of the claim
+    cannot be credited to the data."""
+    from lib.claims import Power
+
+    p = comparison.power(margins, ceilings)
+    n = next(iter(comparison.tests.values())).n
+    blind = beyond_ceiling(margins, ceilings)
+    each = "; ".join(f"{k}: margin {margins[k]:.4f} against a ceiling of {ceilings[k]:.4f} {unit}" for k in margins)
+    reading = (f"for {', '.join(blind)} the margin is at or above the ceiling, so the rule cannot be violated there "
+               "and a pass tests nothing" if blind else "every margin is below its ceiling, so the rule can fail")
+    return Power(f"{what}; an improvement is at most {ceiling_is} ({each}): {reading}; paired over {n} seeds, the "
+                 f"binding test ({p['key']}) confirms a margin of {p['detectable']:.4f} {unit} at its false-alarm "
+                 f"rate against the {p['effect']:.4f} {unit} it must confirm; the baseline is {excess:.3f} nats per "
+                 "token above the Bayes loss.", detectable=p["detectable"], effect=p["effect"], ceiling=p["ceiling"],
+                 matched=not blind, value=p["per_test"])
+
+
+def deviation_ceiling(excess_masked: np.ndarray, excess_given: np.ndarray) -> float:
+    """The largest mean deviation ``excess_masked − excess_given`` (rows, seeds) the excesses allow: both
+    are ≥ 0 in expectation (no model beats the Bayes loss), so a row's |mean deviation| is at most the
+    larger of its two mean excesses; the largest over the rows (a negative mean, held-out sampling,
+    counts as 0)."""
+    m = np.clip(np.asarray(excess_masked, dtype=float).mean(-1), 0, None)
+    g = np.clip(np.asarray(excess_given, dtype=float).mean(-1), 0, None)
+    return float(np.max(np.maximum(m, g)))
+
+
+def equivalence_power(test: Equivalence, ceiling: float, *, worst_excess: float):
+    """The :class:`lib.claims.Power` of an :class:`Equivalence` whose deviation is a difference of excesses
+    over Bayes: ``detectable`` the tolerance its tests need to confirm a deviation of 0, ``effect`` the
+    tolerance, ``ceiling`` the largest deviation the excesses allow (:func:`deviation_ceiling`), and
+    ``matched=False`` when the tolerance is at or above it: no deviation the rule rules out can occur,
+    so a pass says only that the models are near the Bayes curve."""
+    from lib.claims import Power
+
+    needed = float(np.max(test.needed))
+    blind = test.tolerance >= ceiling
+    reading = ("the tolerance is at or above it, so the rule cannot be violated beyond chance and a pass says only "
+               "that the models are near the Bayes curve" if blind else
+               "the tolerance is below it, so the rule can fail")
+    return Power("Within one model (masked against given), so not confounded by data; the deviation is the "
+                 "difference of the model's excess losses over Bayes without and with its metadata, so it can be "
+                 f"no larger than the larger of the two: at most {ceiling:.4f} nats at any position here (the "
+                 f"ceiling; up to {worst_excess:.3f} nats per token on average), and {reading}; over {test.n} seeds "
+                 f"the tests need a tolerance of {needed:.4f} nats to confirm a deviation of 0, against the rule's "
+                 f"{test.tolerance:g} nats.", detectable=needed, effect=test.tolerance, ceiling=ceiling,
+                 matched=not blind, value={"largest excess over Bayes": worst_excess, "ceiling": ceiling,
+                                           "tolerance needed": needed, "tolerance": test.tolerance})
+
+
+def weakest(comparison: Comparison) -> tuple:
+    """The key and :class:`lib.stats.SeedTest` of the test that comes closest to failing: the smallest t
+    in its own direction (the one that decides an ``"all"`` comparison)."""
+    key = min(comparison.tests, key=lambda k: comparison.directions[k] * comparison.tests[k].t)
+    return key, comparison.tests[key]
+
+
+def critical_t(rate: float, n_seeds: int) -> float:
+    """The one-sided Student-t critical value at false-alarm ``rate`` for ``n_seeds`` paired differences
+    (``n_seeds − 1`` degrees of freedom), as :func:`lib.stats.seed_test` uses it."""
+    from scipy import stats
+
+    if n_seeds < 2 or not 0 < rate < 1:
+        raise ValueError("need n_seeds ≥ 2 and 0 < rate < 1")
+    return float(stats.t.isf(rate, n_seeds - 1))
+
+
+def direction_sentence(means: dict, direction: int, *, what: str, positive: str, negative: str,
+                       effects: dict | None = None) -> str:
+    """One sentence on the signs of per-test ``means`` against the paper's ``direction`` (+1: it expects
+    them above 0), each sign glossed (``positive``, ``negative``); with ``effects``, also the means'
+    share of the effect each test is sized to see, and whether all fall below it."""
+    keys = list(means)
+    pos = [k for k in keys if means[k] > 0]
+    neg = [k for k in keys if means[k] < 0]
+    zero = [k for k in keys if means[k] == 0]
+    parts = [f"{s} ({gloss}) for {', '.join(ks)}" for s, gloss, ks in
+             (("positive", positive, pos), ("negative", negative, neg), ("zero", "no difference", zero)) if ks]
+    k = len(pos if direction > 0 else neg)
+    n = len(keys)
+    way = ("in the paper's direction for all of them" if k == n else
+           "against the paper's direction for all of them" if k == 0 else
+           f"in the paper's direction for {k} of {n}")
+    text = f"This run's {what} are {' and '.join(parts)}: {way}"
+    if effects is not None:
+        share = [direction * means[k] / effects[k] for k in keys]
+        below = all(s < 1 for s in share)
+        text += (f", at {min(share):.2f} to {max(share):.2f} times the effect the design is sized to see "
+                 f"({'below it for every one' if below else 'not below it for every one'})")
+    return text + "."

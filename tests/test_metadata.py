@@ -180,3 +180,71 @@ def test_bonferroni_z_gives_each_test_its_share_of_the_rate():
     assert M.bonferroni_z(1e-3, 100) > M.bonferroni_z(1e-3, 10)
     with pytest.raises(ValueError):
         M.bonferroni_z(1e-3, 0)
+
+
+def test_a_margin_at_or_above_its_ceiling_cannot_fail_and_leaves_the_claim_unmatched():
+    assert M.beyond_ceiling({"a": 0.1, "b": 0.2, "c": 0.3}, {"a": 0.2, "b": 0.2, "c": None}) == ["b"]
+    rng = np.random.default_rng(5)
+    c = M.compare({"a": 0.05 + 0.001 * rng.standard_normal(10), "b": 0.05 + 0.001 * rng.standard_normal(10)},
+                  1, "all", 1e-4)
+    kw = dict(unit="nats", what="Matched arms", ceiling_is="the baseline's excess", excess=0.1)
+    ok = M.margin_power(c, {"a": 0.02, "b": 0.03}, {"a": 0.1, "b": 0.1}, **kw)
+    assert ok.matched and ok.detects and "every margin is below its ceiling" in ok.statement
+    assert ok.ceiling == 0.1 and ok.effect == 0.03  # the binding test: the larger margin
+    blind = M.margin_power(c, {"a": 0.02, "b": 0.1}, {"a": 0.1, "b": 0.1}, **kw)
+    assert not blind.matched and not blind.detects
+    assert "for b the margin is at or above the ceiling" in blind.statement
+    assert "a: margin 0.0200 against a ceiling of 0.1000 nats" in blind.statement
+
+
+def test_the_deviation_ceiling_is_the_larger_excess_of_the_worst_row():
+    masked = np.asarray([[0.01, 0.03], [0.2, 0.1], [-0.01, -0.03]])  # (rows, seeds)
+    given = np.asarray([[0.05, 0.07], [0.0, 0.02], [-0.02, 0.0]])
+    assert M.deviation_ceiling(masked, given) == pytest.approx(0.15)
+    assert M.deviation_ceiling(masked[[0, 2]], given[[0, 2]]) == pytest.approx(0.06)
+    assert M.deviation_ceiling(masked[[2]], given[[2]]) == 0.0  # negative means count as 0
+    # it bounds the mean deviation whenever both excesses are ≥ 0
+    rng = np.random.default_rng(6)
+    m, g = rng.random((7, 4)), rng.random((7, 4))
+    assert np.max(np.abs((m - g).mean(-1))) <= M.deviation_ceiling(m, g)
+
+
+def test_an_equivalence_whose_tolerance_reaches_the_ceiling_is_unmatched():
+    rng = np.random.default_rng(7)
+    e = M.equivalence(0.001 * rng.standard_normal((4, 10)), 0.05, 1e-4)
+    near = M.equivalence_power(e, 0.03, worst_excess=0.01)
+    assert not near.matched and not near.detects and "cannot be violated" in near.statement
+    assert near.ceiling == 0.03 and near.effect == 0.05 and near.detectable == float(np.max(e.needed))
+    far = M.equivalence_power(e, 0.2, worst_excess=0.1)
+    assert far.matched and far.detects and "can fail" in far.statement
+    assert not M.equivalence_power(e, 0.05, worst_excess=0.1).matched  # at the tolerance: cannot exceed it
+
+
+def test_the_weakest_test_and_the_critical_value():
+    from lib.stats import seed_test
+
+    rng = np.random.default_rng(8)
+    c = M.compare({"a": -1 + 0.1 * rng.standard_normal(6), "b": -0.2 + 0.1 * rng.standard_normal(6),
+                   "c": 1 + 0.1 * rng.standard_normal(6)}, {"a": -1, "b": -1, "c": 1}, "all", 1e-3)
+    key, test = M.weakest(c)
+    assert key == "b" and test is c.tests["b"]
+    assert M.critical_t(1e-3, 6) == pytest.approx(c.tests["a"].crit)
+    assert M.critical_t(1.25e-4, 5) == pytest.approx(seed_test([1.0, 2.0, 3.0, 4.0, 6.0], 1.25e-4).crit)
+    assert M.critical_t(1.25e-4, 8) < M.critical_t(1.25e-4, 5)
+    with pytest.raises(ValueError):
+        M.critical_t(1e-3, 1)
+
+
+def test_the_direction_sentence_counts_signs_against_the_papers_direction():
+    s = M.direction_sentence({"x": 0.2, "y": -0.1, "z": 0.3}, -1, what="differences", positive="worse",
+                             negative="better")
+    assert s == ("This run's differences are positive (worse) for x, z and negative (better) for y: in the "
+                 "paper's direction for 1 of 3.")
+    s = M.direction_sentence({"x": 0.2, "y": 0.1}, -1, what="d", positive="p", negative="n")
+    assert s.endswith("against the paper's direction for all of them.")
+    s = M.direction_sentence({"x": 0.02, "y": 0.01}, 1, what="d", positive="p", negative="n",
+                             effects={"x": 0.1, "y": 0.05})
+    assert "in the paper's direction for all of them, at 0.20 to 0.20 times" in s and "below it for every one" in s
+    s = M.direction_sentence({"x": 0.2, "y": 0.01}, 1, what="d", positive="p", negative="n",
+                             effects={"x": 0.1, "y": 0.05})
+    assert "not below it for every one" in s
