@@ -27,11 +27,13 @@ SLUG = "99-fixture"
 
 
 def snapshot(path: Path) -> dict[str, str]:
-    """Every file under ``path`` (or ``path`` itself) with the hash of its bytes."""
+    """Every file under ``path`` (or ``path`` itself) with the hash of its bytes; not the
+    interpreter's bytecode caches of the project's own modules (``__pycache__``, which Python writes
+    when the CLI imports them unless PYTHONDONTWRITEBYTECODE is set) nor pytest's cache."""
     if path.is_file():
         return {"": hashlib.sha256(path.read_bytes()).hexdigest()}
     return {str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
-            for p in sorted(path.rglob("*")) if ".pytest_cache" not in p.parts}
+            for p in sorted(path.rglob("*")) if not {".pytest_cache", "__pycache__"} & set(p.parts)}
 
 
 def refused(out: subprocess.CompletedProcess, needle: str) -> None:
