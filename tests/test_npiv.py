@@ -678,3 +678,133 @@ def test_correlation_by_hand():
     y = np.array([1.0, 3.0, 2.0, 4.0])
     xc, yc = x - x.mean(), y - y.mean()
     assert analysis.correlation(x, y) == pytest.approx((xc @ yc) / np.sqrt((xc @ xc) * (yc @ yc)))
+
+
+def test_particle_bias_band_is_the_student_t_interval():
+    fit = analysis.ParticleBias(b=0.3, p=0.9, se=0.1, df=40, intercepts=np.zeros(2))
+    from scipy.stats import t as student_t
+    crit = student_t.isf(0.5e-4, 40)
+    assert fit.critical(1e-4) == pytest.approx(crit, rel=1e-12)
+    assert fit.band(1e-4) == pytest.approx((1 - 0.1 * crit, 1 + 0.1 * crit), rel=1e-12)
+    assert fit.band(1e-4, predicted=0.5)[0] == pytest.approx(0.5 - 0.1 * crit, rel=1e-12)
+    none = analysis.ParticleBias(b=0.3, p=0.9, se=float("nan"), df=0, intercepts=np.zeros(1))
+    assert none.critical(1e-4) == np.inf and none.band(1e-4) == (-np.inf, np.inf)
+
+
+def _bias_fit(p, se):
+    return analysis.ParticleBias(b=0.2, p=p, se=se, df=300, intercepts=np.zeros(4))
+
+
+def _recorded(kw):
+    from lib.claims import Claims
+    claims = Claims("03-npiv-mean-field", "default")
+    return claims.record(**kw)
+
+
+def test_bias_order_claim_as_a_theorem_rejects_the_rival_and_judges_the_control():
+    kw = dict(theorem=True, sigma=0.4, particles=[8, 16, 32], runs=64)
+    c = _recorded(analysis.bias_order_claim(_bias_fit(1.05, 0.08), _bias_fit(0.5, 0.02), 1e-4, **kw))
+    assert c.kind == "theorem" and c.holds and c.alternative["rejected"] is True
+    assert c.control["holds"] is False and c.false_alarm == 1e-4
+    # a fit at ½ fails and the rival is not rejected; a control at 1 passes the band
+    c = _recorded(analysis.bias_order_claim(_bias_fit(0.5, 0.08), _bias_fit(1.0, 0.02), 1e-4, **kw))
+    assert not c.holds and c.alternative["rejected"] is False and c.control["holds"] is True
+    # an error too large to separate 1 from ½: the rival stays inside the band
+    c = _recorded(analysis.bias_order_claim(_bias_fit(1.0, 0.2), _bias_fit(0.5, 0.02), 1e-4, **kw))
+    assert c.holds and c.alternative["rejected"] is False
+
+
+def test_bias_order_claim_as_measured_needs_the_rival_outside_its_band():
+    kw = dict(theorem=False, sigma=0.4, particles=[8, 16, 32], runs=32)
+    wide = _recorded(analysis.bias_order_claim(_bias_fit(1.0, 0.4), _bias_fit(0.5, 0.1), 1e-4, **kw))
+    assert wide.kind == "empirical" and wide.holds is False
+    assert wide.power["detects"] is False and wide.power["effect"] == 0.5
+    assert wide.power["detectable"] == pytest.approx(0.4 * _bias_fit(1.0, 0.4).critical(1e-4))
+    assert wide.verdict == "not tested"
+    narrow = _recorded(analysis.bias_order_claim(_bias_fit(1.0, 0.05), _bias_fit(0.5, 0.1), 1e-4,
+                                                 **kw))
+    assert narrow.holds and narrow.verdict == "reproduced"
+    half = _recorded(analysis.bias_order_claim(_bias_fit(0.5, 0.05), _bias_fit(0.5, 0.1), 1e-4,
+                                               **kw))
+    assert not half.holds and half.verdict == "not reproduced"
+
+
+def test_particle_bias_tells_one_over_n_from_one_over_root_n():
+    rng = np.random.default_rng(5)
+    N = np.array([8, 16, 32, 64, 128])
+    noise = rng.standard_normal((5, 16, 8)) / N[:, None, None]
+    one = analysis.particle_bias(0.3 / N[:, None, None] + 0.05 * noise, N)
+    root = analysis.particle_bias(0.3 / np.sqrt(N)[:, None, None] + 0.05 * noise, N)
+    assert abs(one.p - 1) < 3 * one.se and abs(root.p - 0.5) < 3 * root.se
+    lo, hi = one.band(1e-4)
+    assert not lo <= root.p <= hi
+
+
+def test_stationarity_name_draws_apart_and_keeps_the_late_absolute_asymmetry():
+    cfg = mf.F2BMLDConfig(steps=6, eta=0.2, zeta=0.5, record_every=2, tracker_steps=1,
+                          flow_step=0.1)
+    args = dict(particles=[8], reps=[0], n_inits=2, n=16, lam=1.0, sigma=0.4, cfg=cfg, root=0,
+                late_from=0.2, n_test=20)
+    a, again = experiments.stationarity(**args), experiments.stationarity(**args)
+    other = experiments.stationarity(**args, name="particle-bias")
+    np.testing.assert_array_equal(a["L"], again["L"])
+    assert not np.allclose(a["L"], other["L"])
+    np.testing.assert_allclose(a["late_abs_A"], np.abs(a["A"][..., a["t"] >= 0.2]).mean(-1))
+
+
+def test_escape_taus_by_hand():
+    small = np.array([[[4.0, 2.0], [np.nan, 3.0]], [[2.0, 2.0], [2.0, 2.0]]])
+    e = analysis.escape_taus(small, np.array([[[1.0, 3.0], [2.0, 2.0]]]))
+    assert (e.cold_small, e.hot_small, e.cold_spread) == (3.0, 2.0, 2.0) and e.explained
+    assert not analysis.escape_taus(small, np.full((1, 2, 2), 2.5)).explained
+
+
+def test_ope_power_by_hand():
+    summary = {"rel_noises": [0.2, 0.4], "rel_truth": np.array([100.0, 80.0]),
+               "rel_moved": np.array([0.9, 0.5]), "rel_ratio": np.array([0.5, 0.8]),
+               "rel_err": np.array([[5.0, 5.0 * np.e], [10.0, 10.0]]),
+               "dfiv_paired": np.array([[10.0, 10.0], [50.0, 50.0 * np.e ** 2]])}
+    pw = analysis.ope_power(summary, {"variant": 0.1, "DFIV": 0.2}, "by hand")
+    assert pw.effect == pytest.approx(1 - 6.5 / 12.2)  # the paper's largest ratio at 0.2 and 0.4
+    var_f = np.mean([0.5, 0.0])  # log-error variances over the two data sets, per level
+    var_d = np.mean([0.0, 2.0])
+    se = 1.2533 * np.sqrt(var_f / 2 + var_d / 2)
+    assert pw.detectable == pytest.approx(1 - np.exp(-2 * se))
+    # the error floors (1 − m)·v over DFIV's medians: 10/10 and 40/median(50, 50e²): the
+    # variant cannot come out ahead at 0.2
+    assert pw.ceiling == pytest.approx(0.0, abs=1e-12)
+    ahead = dict(summary, rel_moved=np.array([0.75, 0.5]), dfiv_paired=summary["dfiv_paired"] * 100)
+    floor = max(25 / 1000.0, 40 / np.median([5000.0, 5000.0 * np.e ** 2]))
+    assert analysis.ope_power(ahead, {"v": 0.1}, "x").ceiling == pytest.approx(1 - floor)
+    assert pw.control is True and pw.matched is True
+    assert analysis.ope_power(summary, {"variant": 0.3}, "x").control is False
+    moved = dict(summary, rel_moved=np.array([0.9, 0.4]))
+    assert analysis.ope_power(moved, {"variant": 0.1}, "x").matched is False
+    one = dict(summary, rel_err=summary["rel_err"][:, :1])  # one data set: DFIV's scatter
+    se1 = 1.2533 * np.sqrt(var_d / 1 + var_d / 2)
+    assert analysis.ope_power(one, {"v": 0.1}, "x").detectable == pytest.approx(1 - np.exp(-2 * se1))
+
+
+def test_level_crossing_is_exact_for_an_exponential():
+    t = np.arange(0, 10, 0.5)
+    gap = 2.0 * np.exp(-0.7 * t)
+    assert analysis.level_crossing(t, gap, 0.1) == pytest.approx(np.log(20) / 0.7, rel=1e-12)
+    assert np.isnan(analysis.level_crossing(t, gap, 1e-9))   # never
+    assert np.isnan(analysis.level_crossing(t, gap, 3.0))    # already there at the start
+
+
+def test_decay_shape_tells_an_exponential_from_a_power_law():
+    t = np.arange(0, 40, 0.5)
+    rng = np.random.default_rng(2)
+    rates = np.exp(rng.normal(0, 0.2, (2, 3, 4)))[..., None]
+    expo = analysis.decay_shape(t, 1.5 * np.exp(-rates * t), 0.3, 0.03)
+    assert abs(expo.mean) < 1e-12 and expo.df == 5 and expo.log_ratio.shape == (6,)
+    long = np.arange(0, 400, 0.5)
+    power = 1.5 * (1 + rates * long) ** -1.0  # a power law (in 1 + t: finite at the start)
+    pw = analysis.decay_shape(long, power, 0.3, 0.03)
+    assert np.isfinite(pw.log_ratio).all() and pw.mean < -0.5 and pw.se < 0.1
+    assert expo.band(1e-4)[1] == pytest.approx(expo.critical(1e-4) * expo.se)
+    # the rival's prediction for a power law from t = 0 is what such a law gives
+    pure = analysis.decay_shape(long[1:], 1.5 * (rates * long[1:]) ** -1.0, 0.3, 0.03)
+    np.testing.assert_allclose(pure.log_ratio, pure.rival, atol=0.05)
+    assert analysis.decay_shape(t, np.full((1, 2, 2, len(t)), 0.1), 0.3, 0.03).df == 1

@@ -40,17 +40,17 @@ def init_design(n_inits: int, init_scales: tuple[float, float]) -> tuple[np.ndar
 
 def _stationarity_point(n_particles: int, seed: int, *, root: int, reps, n_inits: int, n: int,
                         lam: float, sigma: float, cfg: mf.F2BMLDConfig, init_scales,
-                        offset: float, n_test: int) -> dict:
+                        offset: float, n_test: int, name: str = "stationarity") -> dict:
     """One particle number of :func:`stationarity`: every (data set, initialisation) in one batch
     (the sweep's ``seed`` is 0: the replicates are the batch)."""
-    samples = [demand.sample(n, stream(root, "stationarity-data", s)) for s in reps]
-    test = demand.sample(n_test, stream(root, "stationarity-test"))
+    samples = [demand.sample(n, stream(root, f"{name}-data", s)) for s in reps]
+    test = demand.sample(n_test, stream(root, f"{name}-test"))
     data = demand_batch([x for x in samples for _ in range(n_inits)])
     scales, plus = (np.tile(v, len(reps)) for v in init_design(n_inits, init_scales))
     run = mf.f2bmld(data, lam, replace(cfg, n_particles=n_particles, sigma=sigma,
                                        init_scale=_tensor(scales), init_offset=offset,
                                        init_plus=_tensor(plus)),
-                    root, ("stationarity", n_particles))  # one stream for every σ: paired arms
+                    root, (name, n_particles))  # one stream for every σ: paired arms
     shape = (len(reps), n_inits, -1)
     A_test = mf.Inputs(_tensor(np.broadcast_to(test.A, (data.Y.shape[0], *test.A.shape))))
     return {"L": run.L_tracker.T.reshape(shape), "A": run.asymmetry.T.reshape(shape),
@@ -62,7 +62,7 @@ def _stationarity_point(n_particles: int, seed: int, *, root: int, reps, n_inits
 def stationarity(particles, reps, n_inits: int, n: int, lam: float, sigma: float,
                  cfg: mf.F2BMLDConfig, root: int, late_from: float,
                  init_scales: tuple[float, float] = (0.05, 1.0), offset: float = 0.0,
-                 n_test: int = 1000) -> dict:
+                 n_test: int = 1000, name: str = "stationarity") -> dict:
     """F²BMLD on the demand design from ``n_inits`` initialisations per data set (replicates
     ``reps``, sub-stream ``("stationarity-data", rep)``) for every particle number in
     ``particles`` (:func:`init_design`: the scales run geometrically over ``init_scales``; with
@@ -75,12 +75,14 @@ def stationarity(particles, reps, n_inits: int, n: int, lam: float, sigma: float
     variances of the late means over the initialisations of one data set. ``test_mse``
     (N, rep, init) is the final treatment model's test error against h° on ``n_test`` fresh
     draws (sub-stream ``"stationarity-test"``), ``zero_mse`` the zero function's on the same
-    draws. Each particle number is one :func:`lib.sweep.sweep` point."""
+    draws; ``late_abs_A`` the late mean of ``|E tanh c|``. ``name`` names the streams
+    (``(name + "-data", rep)``, ``name + "-test"``, ``(name, N)``), so a second design draws apart
+    from the first. Each particle number is one :func:`lib.sweep.sweep` point."""
     particles, reps = [int(v) for v in particles], [int(s) for s in reps]
     runs = sweep(partial(_stationarity_point, root=root, reps=reps, n_inits=n_inits, n=n,
                          lam=float(lam), sigma=float(sigma), cfg=cfg,
                          init_scales=tuple(init_scales), offset=float(offset),
-                         n_test=int(n_test)),
+                         n_test=int(n_test), name=str(name)),
                  {"n_particles": particles}, desc="stationarity")
     t = np.asarray(runs[0]["steps"]) * float(cfg.flow_step)
     L = np.stack([r["L"] for r in runs])          # (N, rep, init, time)
@@ -89,6 +91,7 @@ def stationarity(particles, reps, n_inits: int, n: int, lam: float, sigma: float
     late, late_A = L[..., late_sel].mean(-1), A[..., late_sel].mean(-1)   # (N, rep, init)
     scales, plus = init_design(n_inits, init_scales)
     return {"t": t, "L": L, "A": A, "late": late, "late_A": late_A,
+            "late_abs_A": np.abs(A[..., late_sel]).mean(-1),
             "spread": late.var(-1, ddof=1), "spread_A": late_A.var(-1, ddof=1),
             "test_mse": np.stack([r["test_mse"] for r in runs]), "zero_mse": runs[0]["zero_mse"],
             "init_scales": scales, "init_plus": plus, "dim": runs[0]["dim"]}
