@@ -789,7 +789,7 @@ def test_unresolved_text_says_which_replicates_and_what_that_means():
     assert unresolved_text(_delimiter_result([], [0, 1, 2], False), 3, acc, 5e-4) == (
         "every replicate's own drop is resolved")
     text = unresolved_text(_delimiter_result([2], [0, 1], True), 3, acc, 5e-4)
-    assert text == ("1 of 3 replicates does not resolve its own drop: mean drop 0.01 (p = 0.3, upper 5e-04 bound "
+    assert text == ("1 of 3 replicates does not resolve its own drop: mean drop 0.01 (p = 0.3, upper 5.0e-04 bound "
                     "0.05, accuracy 0.95), below the smallest drop of a replicate that resolves one (0.40): this "
                     "training run solves the task without resetting, so the test's power is not what fails")
     assert unresolved_text(_delimiter_result([2], [0, 1], False), 3, acc, 5e-4).endswith("does not decide the claim")
@@ -861,3 +861,101 @@ def test_the_chapters_figures_draw_every_model():
     assert len(fig.axes) == 3
     assert [len(c.get_offsets()) for c in fig.axes[1].collections if hasattr(c, "get_offsets")][:1] == [2]
     plt.close(fig)
+
+
+# -- the regulariser's paired claims --------------------------------------------------------------
+
+
+def test_paired_gain_test_by_hand_and_its_design():
+    from lib.ess.analysis import REGULARISER_GAIN, paired_gain_test
+
+    before = np.array([0.2, 0.5, 0.4, 0.7, 0.3, 0.6])
+    gains = np.array([0.10, 0.05, 0.12, 0.08, 0.02, 0.09])
+    res = paired_gain_test(before, before + gains, 1e-2)
+    t = gains.mean() / (gains.std(ddof=1) / np.sqrt(6))
+    assert res["p"] == pytest.approx(float(stats.t.sf(t, 5)))
+    assert res["holds"] == (res["p"] < 1e-2) and res["n_positive"] == 6
+    assert res["ceiling"] == pytest.approx(np.mean(1 - before)) and res["effect"] == REGULARISER_GAIN
+    width = (stats.t.isf(1e-2, 5) + stats.t.ppf(0.8, 5)) * gains.std(ddof=1) / np.sqrt(6)
+    assert res["detectable"] == pytest.approx(width)
+    # a loss is not a gain: the one-sided test cannot reject, however clear the loss
+    assert not paired_gain_test(before, before - gains, 1e-2)["holds"]
+    # seeds_needed: the first n whose detectable gain (same spread) is at most the effect
+    res = paired_gain_test(before, before + gains * 5, 2.5e-4)
+    n = res["seeds_needed"]
+
+    def w(k):
+        return (stats.t.isf(2.5e-4, k - 1) + stats.t.ppf(0.8, k - 1)) * res["sd"] / np.sqrt(k)
+    assert w(n) <= REGULARISER_GAIN < w(n - 1)
+    with pytest.raises(ValueError):
+        paired_gain_test(before, before[:5], 1e-2)
+
+
+def test_paired_gain_test_false_alarm_and_power_in_simulation():
+    from lib.ess.analysis import paired_gain_test
+
+    rng = np.random.default_rng(3)
+    alpha, n, sd = 0.05, 12, 0.07
+    before = rng.uniform(0.1, 0.6, size=(2000, n))
+    null = before + sd * rng.standard_normal((2000, n))
+    rate = np.mean([paired_gain_test(b, a, alpha)["holds"] for b, a in zip(before, null)])
+    assert rate == pytest.approx(alpha, abs=0.015)
+    # at the design's detectable gain (with the true spread) the test rejects about 80% of the time
+    d = (stats.t.isf(alpha, n - 1) + stats.t.ppf(0.8, n - 1)) * sd / np.sqrt(n)
+    hit = np.mean([paired_gain_test(b, a + d, alpha)["holds"] for b, a in zip(before, null)])
+    assert hit == pytest.approx(0.8, abs=0.04)
+
+
+def test_gain_tracking_test_by_hand_and_its_design():
+    from lib.ess.analysis import TRACKING_CORRELATION, gain_tracking_test
+
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=30)
+    y = 0.8 * x + 0.3 * rng.normal(size=30)
+    res = gain_tracking_test(x, y, 1e-3)
+    r = np.corrcoef(x, y)[0, 1]
+    assert res["r"] == pytest.approx(r)
+    assert res["p"] == pytest.approx(stats.pearsonr(x, y, alternative="greater").pvalue)
+    assert res["holds"]
+    # the opposite sign is not the claim
+    assert not gain_tracking_test(x, -y, 1e-3)["holds"]
+    # Fisher's z: the detectable correlation at n, and the seeds that reach the stated effect
+    z = stats.norm.isf(1e-3) + stats.norm.ppf(0.8)
+    assert res["detectable"] == pytest.approx(np.tanh(z / np.sqrt(27)))
+    n = res["seeds_needed"]
+    assert np.tanh(z / np.sqrt(n - 3)) <= TRACKING_CORRELATION < np.tanh(z / np.sqrt(n - 4))
+    # the measure's own paired change is reported beside the rule
+    assert res["measure_mean"] == pytest.approx(x.mean())
+    # a constant change explains nothing: no correlation, no rejection
+    flat = gain_tracking_test(np.ones(10), y[:10], 1e-3)
+    assert np.isnan(flat["r"]) and not flat["holds"]
+    with pytest.raises(ValueError):
+        gain_tracking_test(x[:3], y[:3], 1e-3)
+
+
+def test_gain_tracking_test_false_alarm_in_simulation():
+    from lib.ess.analysis import gain_tracking_test
+
+    rng = np.random.default_rng(8)
+    x, y = rng.normal(size=(2, 2000, 15))
+    rate = np.mean([gain_tracking_test(a, b, 0.05)["holds"] for a, b in zip(x, y)])
+    assert rate == pytest.approx(0.05, abs=0.015)
+
+
+def test_did_not_train_and_the_regulariser_pairs():
+    import pandas as pd
+
+    from lib.ess.analysis import did_not_train
+    from lib.ess.report import regulariser_pairs, stalled_text
+
+    assert did_not_train([0.03, 0.0625, 0.07, 0.9], 1 / 32).tolist() == [True, True, False, False]
+    with pytest.raises(ValueError):
+        did_not_train([0.5], 1.5)
+    df = pd.DataFrame({"lambda": [0.0, 0.0, 1.0, 1.0], "seed": [1, 0, 0, 1], "accuracy": [0.5, 0.03, 0.6, 0.7],
+                       "ess_entropy": [2.0, 1.0, 2.5, 2.2]})
+    pr = regulariser_pairs(df, 0.0, 1.0)
+    assert pr.index.tolist() == [0, 1]
+    assert pr["accuracy_0"].tolist() == [0.03, 0.5] and pr["accuracy_1"].tolist() == [0.6, 0.7]
+    assert pr["entropy_1"].tolist() == [2.5, 2.2]
+    assert "λ = 0: 1 of 2 (seeds 0)" in stalled_text({0.0: [0], 1.0: []}, 2, 1 / 32)
+    assert stalled_text({0.0: [], 1.0: []}, 2, 1 / 32).startswith("Every model trained")

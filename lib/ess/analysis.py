@@ -7,10 +7,9 @@ import warnings
 import numpy as np
 from scipy import stats
 
-__all__ = ["FAR_BETTER_GAP", "SATURATED_ACCURACY", "attainable_gap", "oracle_ceiling", "delimiter_test",
-           "detectable_gap", "gap_design", "spearman", "spearman_rows",
-           "spearman_gap_bootstrap",
-           "within_family_spearman"]
+__all__ = ["FAR_BETTER_GAP", "SATURATED_ACCURACY", "REGULARISER_GAIN", "TRACKING_CORRELATION", "attainable_gap",
+           "oracle_ceiling", "delimiter_test", "detectable_gap", "did_not_train", "gap_design", "paired_gain_test",
+           "gain_tracking_test", "spearman", "spearman_rows", "spearman_gap_bootstrap", "within_family_spearman"]
 
 #: The effect this chapter takes as the paper's "ESS/κ predicts accuracy far better than TSS/κ",
 #: on the scale of the claim's statistic (the mean over the families of ρ_ESS − ρ_TSS, Spearman).
@@ -24,6 +23,20 @@ FAR_BETTER_GAP = 0.3
 #: An accuracy at or above which a model has solved the task: a family where at least half the
 #: models reach it is saturated, its ranking of models is a ranking of near-ties.
 SATURATED_ACCURACY = 0.975
+
+#: The accuracy gain this chapter takes as the paper's "the regulariser mitigates collapse" on MQAR,
+#: on the scale of the regulariser claim's statistic (the mean over seeds of the paired accuracy
+#: difference, regularised minus not). The paper reports the regulariser's benefit without a number
+#: we could read, so the effect is fixed a priori: a tenth of the queries answered correctly, the
+#: smallest gain on a recall task one would call an improvement rather than noise. It does not
+#: depend on any run of this chapter.
+REGULARISER_GAIN = 0.10
+
+#: The correlation this chapter takes as "the change in ESS explains the change in accuracy" (the
+#: regulariser's gain goes through the memory it makes the model use): Pearson's r between the
+#: paired changes over seeds, fixed a priori at Cohen's (1988) large correlation, 0.5 (a quarter of
+#: the gain's variance explained by the ESS change). It does not depend on any run of this chapter.
+TRACKING_CORRELATION = 0.5
 
 
 def detectable_gap(se: float, alpha: float, power: float = 0.8) -> float:
@@ -257,3 +270,81 @@ def delimiter_test(drops: np.ndarray, comparisons: dict, positive: np.ndarray, a
             "holds": holds, "control_passes": control, "unresolved": unresolved, "resolved": resolved,
             "drop_upper": drop_upper, "smallest_resolved": smallest, "below_resolved": below,
             "decided": bool(not unresolved.size or not resolved.size or below), "n_sequences": n}
+
+
+def did_not_train(accuracy, chance: float, factor: float = 2.0) -> np.ndarray:
+    """Which models did not train: accuracy at most ``factor`` times ``chance`` (the accuracy of a
+    uniform guess among the answers). A boolean array; the models stay in every test (dropping them
+    would select on the outcome), this only names them."""
+    if not 0 < chance < 1 or factor < 1:
+        raise ValueError("need 0 < chance < 1 and factor ≥ 1")
+    return np.asarray(accuracy, dtype=float) <= factor * chance
+
+
+def _seeds_for(width, effect: float, n_max: int = 100_000) -> int | None:
+    """The smallest n ≥ 3 with ``width(n) ≤ effect`` (``width`` decreasing in n), by bisection; None
+    beyond ``n_max``."""
+    if width(n_max) > effect:
+        return None
+    lo, hi = 3, n_max
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if width(mid) <= effect else (mid + 1, hi)
+    return lo
+
+
+def paired_gain_test(before, after, alpha: float, effect: float = REGULARISER_GAIN, power: float = 0.8) -> dict:
+    """Does a treatment raise accuracy, paired by seed? ``before`` and ``after``: one accuracy per seed
+    (same seeds, same order) without and with it. The rule: a one-sided paired Student t-test of the
+    mean difference ``after − before`` > 0 over the seeds, rejecting at ``alpha`` (``holds``). Its
+    design: ``detectable``, the smallest true mean gain it detects with probability ``power``
+    ((t_{1−α} + t_power)·sd/√n, n − 1 degrees of freedom, with the observed spread ``sd`` of the
+    differences); ``ceiling``, the largest mean gain possible at all, ``mean(1 − before)`` (accuracy
+    cannot exceed 1); ``effect`` as given; ``seeds_needed``, the seeds at which the same spread would
+    bring ``detectable`` down to ``effect`` (None if none up to 10⁵). Also ``mean``, ``sd``, ``se``,
+    ``p``, ``n`` and ``n_positive`` (seeds with a gain)."""
+    before, after = np.asarray(before, dtype=float), np.asarray(after, dtype=float)
+    if before.shape != after.shape or before.ndim != 1 or before.size < 2:
+        raise ValueError("before and after must be 1-d arrays of one length, two seeds or more")
+    if not (0 < alpha < 1 and 0 < power < 1):
+        raise ValueError("need 0 < alpha, power < 1")
+    d = after - before
+    n = d.size
+    sd = float(d.std(ddof=1))
+
+    def width(k):
+        return float((stats.t.isf(alpha, k - 1) + stats.t.ppf(power, k - 1)) * sd / np.sqrt(k))
+
+    p = _t_sf(d, n)
+    return {"mean": float(d.mean()), "sd": sd, "se": float(sd / np.sqrt(n)), "p": p, "holds": bool(p < alpha), "n": n,
+            "n_positive": int((d > 0).sum()), "detectable": width(n), "ceiling": float(np.mean(1.0 - before)),
+            "effect": float(effect), "seeds_needed": _seeds_for(width, effect) if sd > 0 else n}
+
+
+def gain_tracking_test(d_measure, d_accuracy, alpha: float, effect: float = TRACKING_CORRELATION,
+                       power: float = 0.8) -> dict:
+    """Does the paired change of a measure (e.g. ESS) explain the paired change in accuracy over seeds?
+    The rule: Pearson's r between ``d_measure`` and ``d_accuracy`` (one value per seed each) > 0, the
+    one-sided t-test of r with n − 2 degrees of freedom, rejecting at ``alpha`` (``holds``). Its
+    design: ``detectable``, the smallest true correlation it detects with probability ``power``
+    (Fisher's z: tanh((z_{1−α} + z_power)/√(n − 3))); ``ceiling`` 1 (a correlation); ``effect`` as
+    given; ``seeds_needed``, the smallest n whose detectable correlation is at most ``effect``. Also
+    ``r``, ``p``, ``n`` and, for the measure's change itself, its mean ``measure_mean`` and the
+    one-sided paired p-value of ``measure_mean`` > 0 (``measure_p``), reported beside the rule."""
+    x, y = np.asarray(d_measure, dtype=float), np.asarray(d_accuracy, dtype=float)
+    if x.shape != y.shape or x.ndim != 1 or x.size < 4:
+        raise ValueError("d_measure and d_accuracy must be 1-d arrays of one length, four seeds or more")
+    if not (0 < alpha < 1 and 0 < power < 1 and 0 < effect < 1):
+        raise ValueError("need 0 < alpha, power, effect < 1")
+    n = x.size
+    if x.std() == 0 or y.std() == 0:
+        r, p = float("nan"), 1.0
+    else:
+        r = float(np.corrcoef(x, y)[0, 1])
+        r_c = min(r, 1.0 - 1e-15)
+        p = float(stats.t.sf(r_c * np.sqrt((n - 2) / (1.0 - r_c ** 2)), n - 2))
+    z = float(stats.norm.isf(alpha) + stats.norm.ppf(power))
+    return {"r": r, "p": p, "holds": bool(p < alpha), "n": n, "detectable": float(np.tanh(z / np.sqrt(n - 3))),
+            "ceiling": 1.0, "effect": float(effect),
+            "seeds_needed": int(np.ceil((z / np.arctanh(effect)) ** 2 + 3)),
+            "measure_mean": float(x.mean()), "measure_p": _t_sf(x, n)}

@@ -1,5 +1,5 @@
 """How chapter 09 reports its trained models: their tables, the mixers' rankings and per-family
-correlations in words, and the power statements of the chapter's two statistical claims
+correlations in words, and the power statements of the chapter's four statistical claims
 (:class:`lib.claims.Power`). The statistics themselves live in :mod:`lib.ess.analysis`."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from lib.ess.analysis import FAR_BETTER_GAP, SATURATED_ACCURACY
 
 __all__ = ["mqar_table", "regulariser_table", "regulariser_means", "accuracy_spread", "utilisation", "ranking",
            "family_rhos", "direction", "effect_position", "ceiling_text", "pooled_text", "accuracy_power",
-           "unresolved_text", "delimiter_reading", "delimiter_power"]
+           "unresolved_text", "delimiter_reading", "delimiter_power", "regulariser_pairs", "stalled_text",
+           "gain_power", "tracking_power"]
 
 # -- tables of trained models ------------------------------------------------------------------------------
 
@@ -44,6 +45,16 @@ def regulariser_table(points, ess_col: str) -> pd.DataFrame:
 def regulariser_means(df: pd.DataFrame) -> pd.DataFrame:
     """Mean accuracy, ESS and gate of a :func:`regulariser_table` per λ, in increasing λ."""
     return df.groupby("lambda")[["accuracy", "ess", "mean_gate"]].mean()
+
+
+def regulariser_pairs(df: pd.DataFrame, lam0: float, lam1: float) -> pd.DataFrame:
+    """The models of a :func:`regulariser_table` paired by seed: per seed (index, ascending) the
+    ``accuracy`` and entropy-ESS (``entropy``) at ``lam0`` (suffix ``_0``) and ``lam1`` (``_1``).
+    Only seeds trained at both weights are kept (a sweep trains every seed at every weight)."""
+    cols = {"accuracy": "accuracy", "ess_entropy": "entropy"}
+    sides = [df[df["lambda"] == lam].set_index("seed")[list(cols)].rename(
+        columns={k: f"{v}_{j}" for k, v in cols.items()}) for j, lam in enumerate((lam0, lam1))]
+    return sides[0].join(sides[1], how="inner").sort_index()
 
 
 def accuracy_spread(df: pd.DataFrame) -> float:
@@ -138,7 +149,7 @@ def accuracy_power(fam: dict, design: dict, ceiling: str, *, families, n_models:
         + f"the paper gives no coefficients, so its \"far better\" is taken a priori as a mean gap of "
           f"{FAR_BETTER_GAP:.2f} (Cohen's medium correlation). "
         + (f"The bootstrap standard error of the mean gap is {design['se']:.3f}: the test detects a gap of "
-           f"{design['detectable']:.2f} with probability 0.8 at {alpha:.0e}"
+           f"{design['detectable']:.2f} with probability 0.8 at {alpha:.1e}"
            + ("" if design["detectable"] <= FAR_BETTER_GAP else
               f" (about {design['seeds_needed']} seeds per configuration would reach the effect)")
            + ". TSS/κ already ranks the families at ρ_TSS = "
@@ -150,8 +161,8 @@ def accuracy_power(fam: dict, design: dict, ceiling: str, *, families, n_models:
            if design["defined"] else "No family has a defined correlation, so no gap can be estimated. ")
         + (f"{n_layers}-layer models trained {steps} steps: the paper's regime (two layers or more, trained to "
            "convergence)." if paper_regime else
-           f"{n_layers}-layer models trained {steps} steps, short of the paper's multi-layer models trained to "
-           "convergence (the paper profile trains 2 layers for 2000 steps).")
+           f"{n_layers}-layer models trained {steps} steps, short of the paper's regime (two layers or more, "
+           "trained to convergence; the CPU budget sets the steps).")
         + " " + pooled)
     if design["defined"]:
         return Power(statement, detectable=design["detectable"], effect=FAR_BETTER_GAP, ceiling=design["ceiling"],
@@ -170,7 +181,7 @@ def unresolved_text(dt: dict, n_seeds: int, accuracy, alpha: float) -> str:
     return (
         f"{len(unresolved)} of {n_seeds} replicates "
         + ("does not resolve its" if len(unresolved) == 1 else "do not resolve their") + " own drop: mean drop "
-        + ", ".join(f"{drop_means[k]:.2f} (p = {dt['p']['drop'][k]:.1g}, upper {alpha:.0e} bound "
+        + ", ".join(f"{drop_means[k]:.2f} (p = {dt['p']['drop'][k]:.1g}, upper {alpha:.1e} bound "
                     f"{dt['drop_upper'][k]:.2f}, accuracy {accuracy[k]:.2f})" for k in unresolved)
         + (f", below the smallest drop of a replicate that resolves one ({dt['smallest_resolved']:.2f}): "
            + ("this training run solves" if len(unresolved) == 1 else "these training runs solve")
@@ -207,7 +218,7 @@ def delimiter_power(dt: dict, reset_drops: np.ndarray, accuracy: dict, unresolve
         f"{max_p_reset:.1e}); it counts as passed only if the run also "
         f"decides every replicate ({unresolved}). Each seed's tests detect a mean drop of "
         f"{dt['mde']['drop']:.2f}, a margin over the control of {dt['mde']['control']:.2f} and over linear "
-        f"attention of {dt['mde']['linear']:.2f} (probability 0.8 at {alpha:.0e}). All arms trained and "
+        f"attention of {dt['mde']['linear']:.2f} (probability 0.8 at {alpha:.1e}). All arms trained and "
         f"measured at {eval_length} tokens for the same steps; accuracy "
         f"{acc['delimited'].min():.2f}–{acc['delimited'].max():.2f} (GLA with delimiters), "
         f"{acc['control'].min():.2f}–{acc['control'].max():.2f} (control), "
@@ -218,3 +229,46 @@ def delimiter_power(dt: dict, reset_drops: np.ndarray, accuracy: dict, unresolve
                "mde": dt["mde"], "power": 0.8, "unresolved_replicates": dt["unresolved"].tolist(),
                "unresolved_drop_upper": dt["drop_upper"][dt["unresolved"]].tolist(),
                "decided": dt["decided"]})
+
+
+def stalled_text(stalled: dict, n_seeds: int, chance: float) -> str:
+    """The models of the regulariser study that did not train (``stalled``: λ → seeds whose accuracy is
+    at most twice ``chance``), in words; they stay in the tests."""
+    if not any(len(v) for v in stalled.values()):
+        return f"Every model trained (accuracy above twice chance, {2 * chance:.3f})"
+    return ("Models that did not train (accuracy at most twice chance, " + f"{2 * chance:.3f}), kept in the tests: "
+            + "; ".join(f"λ = {lam:g}: {len(v)} of {n_seeds}" + (f" (seeds {', '.join(map(str, v))})" if v else "")
+                        for lam, v in stalled.items()))
+
+
+def gain_power(gain: dict, stalled: str, *, lam1: float, alpha: float) -> Power:
+    """The power statement of the claim that the regulariser (weight ``lam1``) raises accuracy, paired by
+    seed: :func:`lib.ess.analysis.paired_gain_test`'s design (its detectable gain at ``alpha``, the
+    ceiling and the stated effect) and which models did not train (``stalled``, in words)."""
+    need = gain["seeds_needed"]
+    return Power(
+        f"{gain['n']} seeds, each trained without and with the regulariser (λ = {lam1:g}) from the same initial "
+        f"weights on the same batches; the paper gives no number, so the gain is taken a priori as "
+        f"{gain['effect']:.2f} in accuracy (a tenth of the queries). The paired differences spread by "
+        f"{gain['sd']:.3f} (standard deviation): the test detects a mean gain of {gain['detectable']:.3f} with "
+        f"probability 0.8 at {alpha:.1e}"
+        + ("" if gain["detectable"] <= gain["effect"] else
+           (f" (about {need} seeds would reach the effect)" if need else " (no number of seeds would reach it)"))
+        + f"; accuracy cannot exceed 1, so the largest mean gain possible is {gain['ceiling']:.2f}. {stalled}.",
+        detectable=gain["detectable"], effect=gain["effect"], ceiling=gain["ceiling"],
+        value={k: gain[k] for k in ("n", "sd", "se", "detectable", "ceiling", "effect", "seeds_needed")})
+
+
+def tracking_power(track: dict, *, alpha: float) -> Power:
+    """The power statement of the claim that the paired change in entropy-ESS explains the paired gain in
+    accuracy: :func:`lib.ess.analysis.gain_tracking_test`'s design (its detectable correlation at
+    ``alpha``, the stated effect and the seeds that would reach it)."""
+    return Power(
+        f"{track['n']} seeds; \"explains\" is taken a priori as a correlation of {track['effect']:.1f} between the "
+        f"paired changes (Cohen's large: a quarter of the gain's variance). With {track['n']} seeds the test "
+        f"detects a correlation of {track['detectable']:.2f} with probability 0.8 at {alpha:.1e}"
+        + ("" if track["detectable"] <= track["effect"] else f"; {track['seeds_needed']} seeds would reach the effect")
+        + f". Beside the rule: the entropy-ESS changes by {track['measure_mean']:+.3f} on average (one-sided paired "
+          f"p = {track['measure_p']:.1e} for a rise).",
+        detectable=track["detectable"], effect=track["effect"], ceiling=track["ceiling"],
+        value={k: track[k] for k in ("n", "detectable", "effect", "seeds_needed", "measure_mean", "measure_p")})
