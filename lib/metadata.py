@@ -543,7 +543,8 @@ def probe_scores(predictions: np.ndarray, truth: np.ndarray, posterior: np.ndarr
     predictions = np.asarray(predictions)
     accuracy = float(np.mean(predictions == np.asarray(truth)))
     q = np.asarray(posterior)[np.arange(len(predictions)), predictions]
-    se = float(np.sqrt(np.sum(q * (1 - q))) / len(predictions))
+    variance = float(np.sum(q * (1 - q)))  # a posterior of 1 + rounding makes a term −1e-16
+    se = math.sqrt(variance) / len(predictions) if variance > 0 else 0.0
     over = accuracy - ceiling
     if se > 0:
         return accuracy, over / se

@@ -1,5 +1,7 @@
 """Chapter 10's training: data-matched arms, and the population trains what the plain loop trains."""
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -141,6 +143,11 @@ def test_probe_scores_against_the_bayes_ceiling():
     certain = np.asarray([[1.0, 0.0], [0.0, 1.0]])
     assert M.probe_scores(np.asarray([0, 1]), np.asarray([0, 1]), certain, ceiling=1.0) == (1.0, 0.0)
     assert M.probe_scores(np.asarray([0, 1]), np.asarray([0, 1]), certain, ceiling=0.5)[1] == np.inf
+    # a posterior a rounding above 1 is certain too, and raises no warning (it would show in the book)
+    rounded = np.asarray([[1.0 + 2e-16, 0.0], [0.0, 1.0 + 2e-16]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert M.probe_scores(np.asarray([0, 1]), np.asarray([0, 1]), rounded, ceiling=1.0) == (1.0, 0.0)
 
 
 def test_equivalence_holds_only_when_every_row_is_confidently_within_the_tolerance():
