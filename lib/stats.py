@@ -107,9 +107,11 @@ def t_pvalue_greater(differences) -> float:
 
 def t_pvalues_against(samples, curve) -> np.ndarray:
     """Two-sided t-test p-values of the seeds' mean (last axis of ``samples``) against ``curve``,
-    one per row."""
+    one per row. Seeds that agree exactly (no spread) and miss the curve give t = ±inf and p = 0,
+    the test's limit, without a warning."""
     s = np.asarray(samples, dtype=float)
-    t = (s.mean(-1) - curve) / (s.std(-1, ddof=1) / np.sqrt(s.shape[-1]))
+    with np.errstate(divide="ignore"):
+        t = (s.mean(-1) - curve) / (s.std(-1, ddof=1) / np.sqrt(s.shape[-1]))
     return 2 * stats.t.sf(np.abs(t), s.shape[-1] - 1)
 
 

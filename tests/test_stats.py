@@ -1,6 +1,8 @@
 """lib.stats against scipy and hand-checked cases; the band helpers of lib.plotting draw what
 they say."""
 
+import warnings
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -81,6 +83,10 @@ def test_t_pvalues_are_scipys():
     curve = np.array([0.0, 0.5, -0.2])
     expected = [sps.ttest_1samp(r, c).pvalue for r, c in zip(rows, curve)]
     assert S.t_pvalues_against(rows, curve) == pytest.approx(expected)
+    # seeds that agree exactly and miss the curve reject it outright, quietly (no red box in a book)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert S.t_pvalues_against(np.ones((1, 3)), np.array([0.5])).tolist() == [0.0]
 
 
 def test_power_of_ten():
