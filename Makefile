@@ -16,7 +16,7 @@ EXTRAS  := test$(if $(GPU),$(comma)gpu)
 # REPOSITORY_URL=https://… adds the repository and Binder buttons to the built book.
 REPOSITORY_URL ?=
 
-.PHONY: venv book test test-fast chapter bench lint strip clean chromium
+.PHONY: venv book test test-book test-fast chapter bench lint strip clean chromium
 
 # Python may keep its bytecode (ignored by git): pytest then keeps its rewritten test modules
 # between runs, which saves `make test-fast` about four CPU-seconds of collection each time.
@@ -42,9 +42,16 @@ bench: venv
 	@mkdir -p _build/bench
 	$(BIN)/companion bench swr --plot _build/bench/swr-bench.png --csv _build/bench/swr-bench.csv
 
-# `make test`: every tier, with the slowest tests listed at the end.
+# `make test`: every tier, in two processes (pytest-xdist; the tests that read the built book stay
+# together in one), with the book built at `quick` from the quick runs the suite makes anyway; the
+# slowest tests are listed at the end.
 test: venv chromium
-	$(BIN)/python -m pytest --durations=25
+	$(BIN)/python -m pytest -n 2 --dist loadgroup --durations=25
+
+# `make test-book`: the default book (what readers see) built from scratch where stale, every claim
+# it records checked against the contract, and its pages in a browser. CI runs it after `make test`.
+test-book: venv chromium
+	$(BIN)/python -m pytest -m book --book default --durations=10
 
 # The unit tier: in-process tests only (no subprocess, kernel, cluster or build).
 test-fast: venv

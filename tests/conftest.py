@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -31,17 +32,29 @@ def companion(*args: str, root: Path = ROOT, timeout: float = 3600, env: dict | 
 #: start another process, a kernel or a cluster. Tests say their tier themselves
 #: (``pytest.mark.integration`` on the test or as the module's ``pytestmark``);
 #: ``tests/test_repo.py`` checks with these that none that starts a process leaves it out.
-INTEGRATION_FIXTURES = {"project", "default_book"}
+INTEGRATION_FIXTURES = {"project", "built_book"}
 INTEGRATION_CALLS = ("companion(", "papermill(", "subprocess.", "execute_notebook(", "LocalCluster(",
                      "Client(", "scheduler_address(", "build_html(", "run_chapter(", "sync_playwright(")
 
 
+def pytest_addoption(parser):
+    parser.addoption("--book", default="quick", choices=("quick", "default", "paper"),
+                     help="the profile of the book that the book tests build and read: quick under `make test`, "
+                          "default under `make test-book`")
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """The tests that read the default book go last: its build runs in the background meanwhile
-    (a stable sort: the order is otherwise kept). ``make test-fast`` (``-m "not slow and not
-    browser and not integration"``) is the unit tier: in-process, no kernel, no cluster, no
-    build."""
-    items[:] = sorted(items, key=lambda item: "default_book" in getattr(item, "fixturenames", ()))
+    """The tests that read the built book are marked ``book`` (``make test-book`` selects them) and
+    form one xdist group, so one worker builds the book and reads it; they go last (a stable sort:
+    the order is otherwise kept), when the chapter runs they reuse are done. ``make test-fast``
+    (``-m "not slow and not browser and not integration"``) is the unit tier: in-process, no
+    kernel, no cluster, no build."""
+    for item in items:
+        if "built_book" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.book)
+            item.add_marker(pytest.mark.xdist_group("book"))
+    items[:] = sorted(items, key=lambda item: "built_book" in getattr(item, "fixturenames", ()))
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -78,66 +91,42 @@ def make_project(root: Path) -> Path:
     return root
 
 
-#: The default book's build: `companion build` at the default profile runs what is stale (two
-#: chapters at a time, one core each: most chapters train small models one Python step at a time,
-#: so two share the machine better than one uses both cores) and builds _build/html.
-DEFAULT_BOOK = ("build", "--profile", "default", "--jobs", "2")
-#: How much lower the default book's build runs than the rest of the suite (``nice``).
-BOOK_NICENESS = 10
-#: When the background build started, and how long it and the wait for it took (seconds).
+@dataclass(frozen=True)
+class BuiltBook:
+    """The book the session built: its profile (``--book``) and the build's completed process."""
+    profile: str
+    build: subprocess.CompletedProcess
+
+    def results(self, slug: str) -> dict:
+        """A chapter's results.json in this book."""
+        return json.loads((ROOT / "_build" / "runs" / self.profile / slug / "results.json").read_text())
+
+    def notebook(self, slug: str) -> dict:
+        """A chapter's executed notebook in this book."""
+        return json.loads((ROOT / "_build" / "runs" / self.profile / slug / f"{slug}.ipynb").read_text())
+
+
+#: How long the session's book took to build (seconds), for the summary line.
 BOOK_TIMES: dict[str, float] = {}
 
 
-def pytest_terminal_summary(terminalreporter):
-    """Say how the background build of the default book went against the rest of the suite."""
+def pytest_terminal_summary(terminalreporter, config):
+    """Say how long the book build took (in whichever process built it)."""
     if "built_s" in BOOK_TIMES:
-        terminalreporter.write_line(f"default book: built in {BOOK_TIMES['built_s']:.0f} s from the start of the "
-                                    f"session; the tests that read it waited {BOOK_TIMES['waited_s']:.0f} s for it")
-
-
-@pytest.fixture(autouse=True, scope="session")
-def _default_book_build(request, tmp_path_factory):
-    """Start the default book's build in the background when the session starts, if a selected
-    test reads it. The tests that read it run last (``pytest_collection_modifyitems``), so the
-    rest of the suite, one process at a time, shares the cores with the build instead of waiting
-    for it. A session that ends early (``-x``, Ctrl-C) stops the build."""
-    if not any("default_book" in getattr(item, "fixturenames", ()) for item in request.session.items):
-        yield None
-        return
-    logs = tmp_path_factory.mktemp("default-book")
-    with (logs / "stdout").open("w+") as out, (logs / "stderr").open("w+") as err:
-        # At a lower priority: the rest of the suite (one process at a time) keeps a core, the build
-        # takes what is left and both cores once the tests that read it are all that remain. At
-        # equal priority the build's two processes take two thirds of two cores, and once it is
-        # done the rest of the suite runs on one core while the other idles.
-        BOOK_TIMES["started"] = time.monotonic()
-        proc = subprocess.Popen([str(BIN / "companion"), *DEFAULT_BOOK], cwd=ROOT, text=True, stdout=out,
-                                stderr=err, env={**os.environ, "COMPANION_ROOT": str(ROOT)},
-                                start_new_session=True, preexec_fn=lambda: os.nice(BOOK_NICENESS))
-        try:
-            yield proc, out, err
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-                proc.wait(timeout=120)
+        terminalreporter.write_line(f"{config.getoption('--book')} book: built in {BOOK_TIMES['built_s']:.0f} s")
 
 
 @pytest.fixture(scope="session")
-def default_book(_default_book_build) -> subprocess.CompletedProcess:
-    """The default book's build (started when the session began), once it has finished."""
-    if _default_book_build is None:  # not foreseen at collection: build now
-        out = companion(*DEFAULT_BOOK, timeout=3600)
-    else:
-        proc, stdout, stderr = _default_book_build
-        waited = time.monotonic()
-        proc.wait(timeout=3600)
-        BOOK_TIMES["waited_s"] = time.monotonic() - waited
-        BOOK_TIMES["built_s"] = time.monotonic() - BOOK_TIMES["started"]
-        stdout.seek(0)
-        stderr.seek(0)
-        out = subprocess.CompletedProcess(proc.args, proc.returncode, stdout.read(), stderr.read())
+def built_book(request) -> BuiltBook:
+    """The book built at the session's profile (``--book``): `companion build`, two chapters at a
+    time, reusing every chapter run already cached (under `make test`, the quick runs that
+    ``test_book`` made). It runs what is stale and builds _build/html."""
+    profile = request.config.getoption("--book")
+    started = time.monotonic()
+    out = companion("build", "--profile", profile, "--jobs", "2", timeout=3600)
+    BOOK_TIMES["built_s"] = time.monotonic() - started
     print(out.stdout[-3000:])
-    return out
+    return BuiltBook(profile, out)
 
 
 #: The safety tests' marker: a file the user owns, planted before a run and checked after it.

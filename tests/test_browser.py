@@ -26,7 +26,7 @@ CHAPTERS = Book(ROOT).chapters()
 
 
 @pytest.fixture(scope="module")
-def server(default_book):
+def server(built_book):
     if not (HTML / "index.html").exists():
         pytest.fail("the book was not built")
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(HTML))
