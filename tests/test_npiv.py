@@ -808,3 +808,16 @@ def test_decay_shape_tells_an_exponential_from_a_power_law():
     pure = analysis.decay_shape(long[1:], 1.5 * (rates * long[1:]) ** -1.0, 0.3, 0.03)
     np.testing.assert_allclose(pure.log_ratio, pure.rival, atol=0.05)
     assert analysis.decay_shape(t, np.full((1, 2, 2, len(t)), 0.1), 0.3, 0.03).df == 1
+
+
+def test_particle_bias_at_the_edge_of_its_range_has_no_error():
+    N = np.array([8, 16, 32, 64, 128])
+    # a value that falls like log N, not a power: the fit runs to the smallest exponent
+    late = -0.01 * np.log(N)[:, None, None] + np.zeros((5, 4, 2))
+    late[..., 0] += 1e-4 / N[:, None]
+    late[..., 1] -= 1e-4 / N[:, None]
+    fit = analysis.particle_bias(late, N)
+    assert fit.p == pytest.approx(analysis.P_RANGE[0], abs=1e-4) and np.isnan(fit.se)
+    claim = _recorded(analysis.bias_order_claim(fit, _bias_fit(0.5, 0.05), 1e-4, theorem=False,
+                                                sigma=0.4, particles=N, runs=8))
+    assert claim.holds is False and claim.verdict == "not tested"

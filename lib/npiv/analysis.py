@@ -523,8 +523,14 @@ class ParticleBias:
         return float((self.se / self.needed_se(rival, predicted, false_alarm)) ** 2)
 
 
+#: The exponents :func:`particle_bias` searches; at an edge (as p → 0, b·N^(−p) turns into a
+#: constant that trades with the limits) the exponent is not estimated and its error is NaN.
+P_RANGE = (0.05, 5.0)
+
+
 def particle_bias(late, particles) -> ParticleBias:
-    """``late`` (N, data set, run) stationary values at particle numbers ``particles``."""
+    """``late`` (N, data set, run) stationary values at particle numbers ``particles``; the
+    exponent is searched in :data:`P_RANGE` (NaN error at its edge)."""
     late = np.asarray(late, float)
     N = np.asarray(particles, float)
     cell = late.mean(-1)                                            # (K, D)
@@ -538,10 +544,14 @@ def particle_bias(late, particles) -> ParticleBias:
     X = np.concatenate([np.kron(np.ones((K, 1)), np.eye(D)), np.repeat(1 / N, D)[:, None]], 1)
     start, *_ = np.linalg.lstsq(X * np.repeat(w, D)[:, None], (cell * w[:, None]).ravel(),
                                 rcond=None)
-    fit = least_squares(residuals, np.r_[start, 1.0])
+    lo, hi = P_RANGE
+    bound = np.full(D + 2, np.inf)
+    fit = least_squares(residuals, np.r_[start, 1.0], bounds=(np.r_[-bound[:-1], lo],
+                                                               np.r_[bound[:-1], hi]))
     df = K * D - D - 2
-    se = float("nan")  # no degrees of freedom left: the error cannot be estimated
-    if df >= 1:
+    se = float("nan")  # no degrees of freedom left, or an exponent at the edge of its range
+    edge = min(fit.x[D + 1] - lo, hi - fit.x[D + 1]) <= 1e-6 * (hi - lo)
+    if df >= 1 and not edge:
         s2 = float((fit.fun ** 2).sum() / df)
         se = float(np.sqrt((np.linalg.pinv(fit.jac.T @ fit.jac) * s2)[-1, -1]))
     return ParticleBias(float(fit.x[D]), float(fit.x[D + 1]), se, df, fit.x[:D].copy())
@@ -593,13 +603,16 @@ def bias_order_claim(fit: ParticleBias, control: ParticleBias, false_alarm: floa
         simulation={"p": fit.p, "se": fit.se}, holds=inside and rival_out,
         tolerance=tolerance + "; the rival ½ must lie outside the band", kind="empirical",
         quick=False, false_alarm=false_alarm,
-        power=Power(f"The band's half-width {crit * fit.se:.2f} is the smallest exponent difference "
+        power=Power(("The exponent is at the edge of the range searched, so the fit estimates "
+                     "neither it nor its error: the design tells nothing here. " if not
+                     np.isfinite(fit.se) else "") +
+                    f"The band's half-width {crit * fit.se:.2f} is the smallest exponent difference "
                     "this design resolves at its false-alarm rate; telling 1/N from 1/√N needs it "
                     f"below ½, an error below {0.5 / crit:.3f} (this design: {fit.se:.3f}; the "
                     "error falls like 1/√runs, so about "
                     f"{(fit.se * crit / 0.5) ** 2:.0f} times these runs).",
-                    detectable=crit * fit.se if np.isfinite(crit * fit.se) else None,
-                    effect=0.5, ceiling=None,
+                    **(dict(detectable=crit * fit.se, effect=0.5, ceiling=None)
+                       if np.isfinite(crit * fit.se) else dict(control=False)),
                     value={"p": fit.p, "se": fit.se, "control p (|asymmetry|)": control.p}))
 
 
