@@ -327,27 +327,6 @@ def hybrid_pattern(local: str, n_layers: int, ratio: int = 3) -> str:
     return "".join("G" if (i + 1) % (ratio + 1) == 0 else local for i in range(n_layers))
 
 
-def layer_pattern(local: str, n_layers: int, hybrid: bool = True) -> str:
-    """The layers of a model whose local mixer is ``local``: the paper's 3 local : 1 global hybrid
-    (:func:`hybrid_pattern`), or, with ``hybrid=False``, every layer local (``"PPPP"``): a model
-    that sees only as far back as its stacked local windows reach."""
-    return hybrid_pattern(local, n_layers) if hybrid else local * n_layers
-
-
-def wide_window_arm(names, *, wide_swa: str, attention: str, hybrid: bool) -> str | None:
-    """The model that the context-matters control sets against the narrow SWA model, among the
-    trained ``names``: the SWA arm with the wider window where it was trained; otherwise, for
-    all-local models, the attention-only model (the same mixer with its window widened to the
-    whole sequence); otherwise ``None``. Against a hybrid the attention-only model does not
-    isolate the local window: the hybrid's global layer already sees the whole sequence."""
-    names = set(names)
-    if wide_swa in names:
-        return wide_swa
-    if not hybrid and attention in names:
-        return attention
-    return None
-
-
 # ---------------------------------------------------------------------------------------------
 # training
 # ---------------------------------------------------------------------------------------------

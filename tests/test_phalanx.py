@@ -258,45 +258,6 @@ def test_step_doubling_and_the_design_numbers():
     assert short["control"] is False and short["detectable"] is None
 
 
-def test_layer_pattern_hybrid_or_all_local():
-    assert M.layer_pattern("P", 4) == "PPPG" and M.layer_pattern("S", 4, hybrid=True) == "SSSG"
-    assert M.layer_pattern("P", 4, hybrid=False) == "PPPP" and M.layer_pattern("W", 2, hybrid=False) == "WW"
-
-
-def _reach(pattern: str, length: int) -> list[int]:
-    """Input positions whose embedding moves the last position's output."""
-    torch.manual_seed(0)
-    model = M.Decoder(pattern, d_model=16).double()
-    x = model.embed(torch.randint(0, 256, (1, length))).detach().requires_grad_(True)
-    h = x
-    for blk in model.blocks:
-        h = blk(h)
-    h[0, -1].sum().backward()
-    return (x.grad[0].abs().sum(-1) > 0).nonzero().flatten().tolist()
-
-
-def test_all_local_models_cannot_see_the_recall_repeat():
-    # the recall data repeats a 256-byte window's span at distance recall_span(256) = 129: four stacked
-    # jagged windows of block 16 reach back less than that, one global layer (or attention only) reaches it
-    length = 200
-    back = length - 1 - M.recall_span(256)
-    for local in ("SSSS", "PPPP"):
-        seen = _reach(local, length)
-        assert min(seen) > back and min(seen) == 128  # [16(t−1), i] four times from i = 199
-    for full in ("GGGG", "SSSG", "PPPG"):
-        assert _reach(full, length)[0] == 0
-
-
-def test_wide_window_arm():
-    names = {"attention only", "SWA", "Phalanx"}
-    kw = dict(wide_swa="SWA, wide", attention="attention only")
-    assert M.wide_window_arm(names | {"SWA, wide"}, hybrid=True, **kw) == "SWA, wide"
-    assert M.wide_window_arm(names | {"SWA, wide"}, hybrid=False, **kw) == "SWA, wide"
-    assert M.wide_window_arm(names, hybrid=False, **kw) == "attention only"
-    assert M.wide_window_arm(names, hybrid=True, **kw) is None  # a hybrid's global layer sees everything already
-    assert M.wide_window_arm({"SWA", "Phalanx"}, hybrid=False, **kw) is None
-
-
 def test_wider_window_control():
     helps = M.wider_window_helps([2.0, 2.1, 2.2], [1.6, 1.7, 1.75], alpha=1e-3)
     assert helps["holds"] and helps["upper"] < 0
