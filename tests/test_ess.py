@@ -1,5 +1,7 @@
 """Tests of lib.ess: Hankel-block spectra, operator rank formulas, tasks, tiny models."""
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -959,3 +961,14 @@ def test_did_not_train_and_the_regulariser_pairs():
     assert pr["entropy_1"].tolist() == [2.5, 2.2]
     assert "λ = 0: 1 of 2 (seeds 0)" in stalled_text({0.0: [0], 1.0: []}, 2, 1 / 32)
     assert stalled_text({0.0: [], 1.0: []}, 2, 1 / 32).startswith("Every model trained")
+
+
+def test_interior_cap_share_reads_the_profile_away_from_the_ends():
+    from lib.ess.report import interior_cap_share
+
+    # ℓ = 12, d_k = 2: the interior is positions 4..7, where the profile sits at 1.5 of the cap 2
+    profile = np.array([0, 1, 2, 2, 1.5, 1.5, 1.5, 1.5, 2, 2, 1, 0])
+    assert interior_cap_share([profile, profile], 2) == pytest.approx(0.75)
+    with warnings.catch_warnings():  # too short for an interior (a quick run): NaN, quietly
+        warnings.simplefilter("error")
+        assert np.isnan(interior_cap_share([profile[:8]], 2))

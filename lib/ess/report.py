@@ -193,6 +193,16 @@ def unresolved_text(dt: dict, n_seeds: int, accuracy, alpha: float) -> str:
            if dt["resolved"].size else "; no replicate resolves a drop"))
 
 
+def interior_cap_share(profiles, d_k: int) -> float:
+    """The mean ESS profile away from the sequence ends (positions 2·d_k to ℓ − 2·d_k, where the
+    cap min(d_k, i, ℓ − i) is d_k) as a share of d_k; NaN when the sequences are too short to
+    have such an interior (a `quick` run)."""
+    interior = [np.asarray(profile)[2 * d_k:-2 * d_k] for profile in profiles]
+    if not all(len(part) for part in interior):
+        return float("nan")
+    return float(np.mean([part.mean() for part in interior])) / d_k
+
+
 def delimiter_reading(p: dict, alpha: float) -> str:
     """What the delimiter tests' p-values ``p`` (test → per seed) show at ``alpha``: every seed resolves
     every test, or which tests some seed does not resolve."""
