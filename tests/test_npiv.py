@@ -821,3 +821,10 @@ def test_particle_bias_at_the_edge_of_its_range_has_no_error():
     claim = _recorded(analysis.bias_order_claim(fit, _bias_fit(0.5, 0.05), 1e-4, theorem=False,
                                                 sigma=0.4, particles=N, runs=8))
     assert claim.holds is False and claim.verdict == "not tested"
+
+
+def test_spread_scale_adds_the_noise_variance():
+    from lib.npiv.analysis import spread_scale
+
+    assert spread_scale(0.3, 0.08) == pytest.approx(0.5)          # 0.09 + 0.16 = 0.25
+    assert spread_scale(0.3, 0.08, t=0.0) == pytest.approx(0.3)

@@ -58,6 +58,12 @@ def correlation(a, b) -> float:
     return float(np.corrcoef(a, b)[0, 1])
 
 
+def spread_scale(init_scale: float, sigma: float, t: float = 1.0) -> float:
+    """The scale of a cloud started at ``init_scale`` after flow time ``t`` of pure noise at
+    temperature ``sigma`` (variances add: s² + 2σt)."""
+    return float(np.sqrt(init_scale ** 2 + 2 * sigma * t))
+
+
 def first_passage(t: np.ndarray, gap: np.ndarray, level: float) -> float:
     """The first sample time at which ``gap`` is ≤ ``level`` (NaN if it never is)."""
     hit = np.flatnonzero(np.asarray(gap, float) <= level)
@@ -240,7 +246,8 @@ class RateComparison:
 def rate_comparison(rate) -> RateComparison:
     """``rate`` (σ, data set, initialisation), temperatures ascending; a pair with a run that
     never relaxed (NaN) makes the p-value NaN."""
-    log_rate = np.log(np.asarray(rate, float))
+    with np.errstate(divide="ignore", invalid="ignore"):  # a run with no rate (NaN, ≤ 0) has no log
+        log_rate = np.log(np.asarray(rate, float))
     diff = (log_rate[-1] - log_rate[0]).ravel()
     p = S.t_pvalue_greater(diff) if np.all(np.isfinite(diff)) else float("nan")
     with np.errstate(invalid="ignore"):

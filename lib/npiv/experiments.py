@@ -119,8 +119,9 @@ def relaxation(sigmas, reps, n_inits: int, n: int, lam: float, cfg: mf.F2BMLDCon
     gap = L - ref[..., None, None]
     tau = np.array([analysis.first_passage(t, g, level) for g in gap.reshape(-1, len(t))])
     tau = tau.reshape(shape)
-    return {"t": t, "L": L, "gap": gap, "ref": ref, "tau": tau,
-            "rate": np.log(gap[..., 0] / level) / tau}
+    with np.errstate(divide="ignore", invalid="ignore"):  # a run that starts at or below ε (τ = 0,
+        rate = np.log(gap[..., 0] / level) / tau          # seen at `quick`) has no rate: ±inf or NaN
+    return {"t": t, "L": L, "gap": gap, "ref": ref, "tau": tau, "rate": rate}
 
 
 def _sweep_data(root: int, reps, n: int, n_test: int):
