@@ -42,11 +42,11 @@ bench: venv
 	@mkdir -p _build/bench
 	$(BIN)/companion bench swr --plot _build/bench/swr-bench.png --csv _build/bench/swr-bench.csv
 
-# `make test`: every tier, in two processes (pytest-xdist; the tests that read the built book stay
-# together in one), with the book built at `quick` from the quick runs the suite makes anyway; the
-# slowest tests are listed at the end.
+# `make test`: every tier, in two processes (pytest-xdist), with the book built at `quick` from the
+# quick runs the suite makes anyway (the tests that read it go last; a lock lets one process build
+# it while the other waits); the slowest tests are listed at the end.
 test: venv chromium
-	$(BIN)/python -m pytest -n 2 --dist loadgroup --durations=25
+	$(BIN)/python -m pytest -n 2 --durations=25
 
 # `make test-book`: the default book (what readers see) built from scratch where stale, every claim
 # it records checked against the contract, and its pages in a browser. CI runs it after `make test`.

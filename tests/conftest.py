@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -43,17 +45,14 @@ def pytest_addoption(parser):
                           "default under `make test-book`")
 
 
-@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """The tests that read the built book are marked ``book`` (``make test-book`` selects them) and
-    form one xdist group, so one worker builds the book and reads it; they go last (a stable sort:
-    the order is otherwise kept), when the chapter runs they reuse are done. ``make test-fast``
-    (``-m "not slow and not browser and not integration"``) is the unit tier: in-process, no
-    kernel, no cluster, no build."""
+    go last (a stable sort: the order is otherwise kept), when the chapter runs they reuse are done.
+    ``make test-fast`` (``-m "not slow and not browser and not integration"``) is the unit tier:
+    in-process, no kernel, no cluster, no build."""
     for item in items:
         if "built_book" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.book)
-            item.add_marker(pytest.mark.xdist_group("book"))
     items[:] = sorted(items, key=lambda item: "built_book" in getattr(item, "fixturenames", ()))
 
 
@@ -116,14 +115,31 @@ def pytest_terminal_summary(terminalreporter, config):
         terminalreporter.write_line(f"{config.getoption('--book')} book: built in {BOOK_TIMES['built_s']:.0f} s")
 
 
+@contextlib.contextmanager
+def book_lock():
+    """One `companion build` of the project at a time across pytest-xdist's processes: each process
+    that reads the book builds it (the second finds every run cached and the book up to date), and
+    two builds at once would share _build/stage."""
+    lock = ROOT / "_build" / ".test-book.lock"
+    lock.parent.mkdir(exist_ok=True)
+    with lock.open("w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 @pytest.fixture(scope="session")
 def built_book(request) -> BuiltBook:
-    """The book built at the session's profile (``--book``): `companion build`, two chapters at a
-    time, reusing every chapter run already cached (under `make test`, the quick runs that
-    ``test_book`` made). It runs what is stale and builds _build/html."""
+    """The book built at the session's profile (``--book``), once per test process (under a lock):
+    `companion build`, two chapters at a time, reusing every chapter run already cached (under
+    `make test`, the quick runs that ``test_book`` made). It runs what is stale and builds
+    _build/html."""
     profile = request.config.getoption("--book")
     started = time.monotonic()
-    out = companion("build", "--profile", profile, "--jobs", "2", timeout=3600)
+    with book_lock():
+        out = companion("build", "--profile", profile, "--jobs", "2", timeout=3600)
     BOOK_TIMES["built_s"] = time.monotonic() - started
     print(out.stdout[-3000:])
     return BuiltBook(profile, out)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import ROOT, companion
+from conftest import ROOT, book_lock, companion
 
 from lib import seeding
 from lib.claims import (CHAPTER_FALSE_ALARM, DECLARED_FAILS, KINDS, MAX_FALSE_ALARM, SCHEMA_VERSION, SOURCES,
@@ -181,7 +181,8 @@ def test_status_page_shows_the_verdicts_and_the_power():
 
 @pytest.mark.integration
 def test_rebuild_with_nothing_changed_is_all_cache_hits(built_book):
-    again = companion("build", "--profile", built_book.profile, timeout=900)
+    with book_lock():
+        again = companion("build", "--profile", built_book.profile, timeout=900)
     assert again.returncode == 0
     assert again.stdout.count("cached (") == len(CHAPTERS), again.stdout
     assert "book up to date" in again.stdout
