@@ -97,6 +97,21 @@ def stationarity(particles, reps, n_inits: int, n: int, lam: float, sigma: float
             "init_scales": scales, "init_plus": plus, "dim": runs[0]["dim"]}
 
 
+def _relaxed(t, L, late_from: float, level: float) -> dict:
+    """Gap, first-passage time and mean rate of recorded values ``L`` (σ, rep, init, time) against
+    each (σ, rep)'s mean over ``t ≥ late_from`` (see :func:`relaxation`)."""
+    ref = L[..., t >= late_from].mean(-1).mean(-1)            # (σ, rep)
+    gap = L - ref[..., None, None]
+    flat = gap.reshape(-1, len(t))
+    tau = np.array([analysis.first_passage(t, g, level) for g in flat]).reshape(gap.shape[:-1])
+    cross = np.array([analysis.level_crossing(t, g, level) for g in flat]).reshape(gap.shape[:-1])
+    with np.errstate(divide="ignore", invalid="ignore"):  # a run that starts at or below ε (τ = 0,
+        rate = np.log(gap[..., 0] / level) / tau          # seen at `quick`) has no rate: ±inf or NaN
+        rate_interp = np.log(gap[..., 0] / level) / cross
+    return {"gap": gap, "ref": ref, "tau": tau, "rate": rate, "crossing": cross,
+            "rate_interp": rate_interp}
+
+
 def relaxation(sigmas, reps, n_inits: int, n: int, lam: float, cfg: mf.F2BMLDConfig, root: int,
                late_from: float, level: float) -> dict:
     """How fast F²BMLD forgets its initialisation at each temperature σ in ``sigmas`` (penalty
@@ -105,7 +120,11 @@ def relaxation(sigmas, reps, n_inits: int, n: int, lam: float, cfg: mf.F2BMLDCon
     The reference of a (σ, data set) is the mean of its runs' Lagrangians over ``t ≥ late_from``;
     a run's *gap* is its Lagrangian minus that reference; its first-passage time ``tau`` is the
     first recorded flow time where the gap is ≤ ``level`` (NaN if never), and its mean rate
-    ``rate = log(gap(0)/level)/tau`` (what an exponential e^(−αt) from the start would need)."""
+    ``rate = log(gap(0)/level)/tau`` (what an exponential e^(−αt) from the start would need);
+    ``crossing`` and ``rate_interp`` are the same with the crossing time interpolated in log gap
+    between records (:func:`analysis.level_crossing`). ``energy`` holds the same for the
+    Lagrangian without its σ·Ent terms (the energy, comparable across temperatures): ``E``,
+    and its ``gap``, ``ref``, ``tau``, ``rate``, ``crossing``, ``rate_interp``."""
     sigmas, reps = [float(v) for v in sigmas], [int(s) for s in reps]
     grid = [(sg, s) for sg in sigmas for s in reps for _ in range(n_inits)]
     samples = {s: demand.sample(n, stream(root, "relaxation-data", s)) for s in reps}
@@ -115,13 +134,9 @@ def relaxation(sigmas, reps, n_inits: int, n: int, lam: float, cfg: mf.F2BMLDCon
     t = run.steps * float(cfg.flow_step)
     shape = (len(sigmas), len(reps), n_inits)
     L = run.L_tracker.T.reshape(*shape, -1)
-    ref = L[..., t >= late_from].mean(-1).mean(-1)            # (σ, rep)
-    gap = L - ref[..., None, None]
-    tau = np.array([analysis.first_passage(t, g, level) for g in gap.reshape(-1, len(t))])
-    tau = tau.reshape(shape)
-    with np.errstate(divide="ignore", invalid="ignore"):  # a run that starts at or below ε (τ = 0,
-        rate = np.log(gap[..., 0] / level) / tau          # seen at `quick`) has no rate: ±inf or NaN
-    return {"t": t, "L": L, "gap": gap, "ref": ref, "tau": tau, "rate": rate}
+    E = run.energy.T.reshape(*shape, -1)
+    return {"t": t, "L": L, **_relaxed(t, L, late_from, level),
+            "energy": {"E": E, **_relaxed(t, E, late_from, level)}}
 
 
 def _sweep_data(root: int, reps, n: int, n_test: int):

@@ -348,6 +348,7 @@ class F2BMLDRun:
     snapshots: list = field(default_factory=list)  # particles of μ_a at chosen steps
     L_tracker: np.ndarray | None = None    # (len(steps), B) L_λ with the tracker μ_w as is
     asymmetry: np.ndarray | None = None    # (len(steps), B) E tanh(c) of μ_a (MeanFieldNet.asymmetry)
+    energy: np.ndarray | None = None       # (len(steps), B) L_tracker without its σ·Ent terms
 
 
 def _double(net: MeanFieldNet) -> MeanFieldNet:
@@ -423,7 +424,7 @@ def _f2bmld(data: IVData, lam, cfg: F2BMLDConfig, root: int, key: tuple,
     eta = cfg.eta / (1 + lam) if cfg.flow_step is None else torch.full_like(lam, cfg.flow_step)
     lam_col = lam.unsqueeze(-1)
     n = data.n
-    rec_steps, rec_L, rec_L_tracker, rec_asym, snaps = [], [], [], [], []
+    rec_steps, rec_L, rec_L_tracker, rec_asym, rec_E, snaps = [], [], [], [], [], []
     data64 = _double_data(data)
     # the step coefficients of each system, (η, ζ, √(2ησ)), computed once
     step_w = langevin_coefficients(eta if cfg.common_step else cfg.eta, cfg.zeta, cfg.sigma)
@@ -467,6 +468,11 @@ def _f2bmld(data: IVData, lam, cfg: F2BMLDConfig, root: int, key: tuple,
                     L = lagrangian_from_values(ha64, w64(data64.W, compiled), hwt64, data64.Y, lam,
                                                cfg.zeta, cfg.sigma, regs)
                 rec_L_tracker.append(L.value.numpy().astype(np.float64))
+                # the same objective without the entropy terms: comparable across temperatures
+                regs0 = tuple(0.5 * cfg.zeta * m.second_moment() for m in (a64, w64, wt64))
+                E = lagrangian_from_values(ha64, w64(data64.W, compiled), hwt64, data64.Y, lam,
+                                           cfg.zeta, 0.0, regs0)
+                rec_E.append(E.value.numpy().astype(np.float64))
             if k == cfg.steps:
                 break
             # μ_w: argmin G(μ_a, ·), stage I for the current treatment model
@@ -490,4 +496,4 @@ def _f2bmld(data: IVData, lam, cfg: F2BMLDConfig, root: int, key: tuple,
         _langevin_update(a, grad_a, step_a, gen)
     return F2BMLDRun(a, w, wt, lam, np.array(rec_steps), eta.numpy().astype(np.float64),
                      np.array(rec_L), snaps,
-                     np.array(rec_L_tracker), np.array(rec_asym))
+                     np.array(rec_L_tracker), np.array(rec_asym), np.array(rec_E))
