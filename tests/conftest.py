@@ -98,21 +98,34 @@ class BuiltBook:
 
     def results(self, slug: str) -> dict:
         """A chapter's results.json in this book."""
-        return json.loads((ROOT / "_build" / "runs" / self.profile / slug / "results.json").read_text())
+        return run_results(self.profile, slug)
 
     def notebook(self, slug: str) -> dict:
         """A chapter's executed notebook in this book."""
         return json.loads((ROOT / "_build" / "runs" / self.profile / slug / f"{slug}.ipynb").read_text())
 
 
-#: How long the session's book took to build (seconds), for the summary line.
-BOOK_TIMES: dict[str, float] = {}
+def run_results(profile: str, slug: str) -> dict:
+    """A chapter's results.json from its last run at ``profile`` in this checkout."""
+    return json.loads((ROOT / "_build" / "runs" / profile / slug / "results.json").read_text())
+
+
+#: Where the processes that built the book say how long it took (seconds), one line each: under
+#: pytest-xdist the build runs in a worker, and only the controlling process writes the summary.
+BOOK_TIMES = ROOT / "_build" / ".test-book-times"
+
+
+def pytest_sessionstart(session):
+    if not hasattr(session.config, "workerinput"):  # the controlling process (or no xdist)
+        BOOK_TIMES.unlink(missing_ok=True)
 
 
 def pytest_terminal_summary(terminalreporter, config):
-    """Say how long the book build took (in whichever process built it)."""
-    if "built_s" in BOOK_TIMES:
-        terminalreporter.write_line(f"{config.getoption('--book')} book: built in {BOOK_TIMES['built_s']:.0f} s")
+    """Say how long each process's `companion build` took (the first builds; the others find the
+    book up to date)."""
+    if BOOK_TIMES.exists():
+        times = ", ".join(f"{float(t):.0f} s" for t in BOOK_TIMES.read_text().split())
+        terminalreporter.write_line(f"{config.getoption('--book')} book: built in {times}")
 
 
 @contextlib.contextmanager
@@ -137,10 +150,11 @@ def built_book(request) -> BuiltBook:
     `make test`, the quick runs that ``test_book`` made). It runs what is stale and builds
     _build/html."""
     profile = request.config.getoption("--book")
-    started = time.monotonic()
     with book_lock():
+        started = time.monotonic()
         out = companion("build", "--profile", profile, "--jobs", "2", timeout=3600)
-    BOOK_TIMES["built_s"] = time.monotonic() - started
+        with BOOK_TIMES.open("a") as f:
+            f.write(f"{time.monotonic() - started:.1f}\n")
     print(out.stdout[-3000:])
     return BuiltBook(profile, out)
 

@@ -7,10 +7,8 @@ with nothing changed is fast)."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from conftest import ROOT, book_lock, companion
+from conftest import ROOT, book_lock, companion, run_results
 
 from lib import seeding
 from lib.claims import (CHAPTER_FALSE_ALARM, DECLARED_FAILS, KINDS, MAX_FALSE_ALARM, SCHEMA_VERSION, SOURCES,
@@ -19,10 +17,6 @@ from lib.pipeline.chapters import Book
 
 CHAPTERS = [c.slug for c in Book(ROOT).chapters()]
 pytestmark = pytest.mark.slow
-
-
-def _results(profile: str, slug: str) -> dict:
-    return json.loads((ROOT / "_build" / "runs" / profile / slug / "results.json").read_text())
 
 
 def _deciding(built_book) -> None:
@@ -39,7 +33,7 @@ def test_chapter_runs_at_quick_and_its_checked_claims_hold(slug, tmp_path):
     log = tmp_path / "streams.tsv"
     out = companion("run", slug, "--profile", "quick", timeout=600, env={seeding.LOG_ENV: str(log)})
     assert out.returncode == 0, f"{slug} at quick:\n{out.stdout}\n{out.stderr}"
-    doc = _results("quick", slug)
+    doc = run_results("quick", slug)
     assert doc["profile"] == "quick" and doc["chapter"] == slug
     # One seed discipline: every stream the run drew from (its sweep points' too, wherever they
     # ran) has the chapter seed as its root, so no stream of one chapter seed is another's, or is
