@@ -862,3 +862,20 @@ def test_spread_scale_adds_the_noise_variance():
 
     assert spread_scale(0.3, 0.08) == pytest.approx(0.5)          # 0.09 + 0.16 = 0.25
     assert spread_scale(0.3, 0.08, t=0.0) == pytest.approx(0.3)
+
+
+def test_restart_check_extrapolates_from_the_smaller_particle_numbers():
+    rng = np.random.default_rng(7)
+    N = np.array([8, 16, 32, 64, 128, 1024])
+    limits = np.array([-1.0, -1.2, -0.9])
+    noise = rng.standard_normal((6, 3, 8)) * 0.02 / N[:, None, None]
+    late = limits[None, :, None] + 0.3 / N[:, None, None] + noise
+    rc = analysis.restart_check(late, N)
+    np.testing.assert_allclose(rc.predicted, limits + 0.3 / 1024, atol=2e-4)
+    np.testing.assert_allclose(rc.dev, late[-1] - rc.predicted[:, None])
+    np.testing.assert_allclose(rc.z, rc.dev / late[-1].std(-1, ddof=1)[:, None])
+    assert abs(rc.p - 1) < 0.1 and rc.best == rc.dev.min() and rc.z_min == rc.z.min()
+    # one restart stuck above the limit (an initialisation it did not forget) stands out
+    stuck = late.copy()
+    stuck[-1, 0, 0] += 0.01
+    assert analysis.restart_check(stuck, N).dev[0, 0] > 0.009

@@ -669,3 +669,38 @@ def relative_test_error(test_mse, zero_mse: float) -> float:
     """The mean test error of the runs at the largest particle number (``test_mse``: (N, …))
     over the zero function's: 1 is a model that learned nothing, 0 the structural function."""
     return float(np.asarray(test_mse, float)[-1].mean() / zero_mse)
+
+
+@dataclass
+class RestartCheck:
+    """The largest particle number's runs (restarts from different initial laws) against the
+    limit extrapolated from the smaller particle numbers alone: ``predicted`` (D,) is
+    L∞ + b·N^(−p) of :func:`particle_bias` fitted on every particle number but the largest,
+    ``dev`` (D, M) each restart's stationary value minus its data set's prediction, ``z`` that
+    deviation over the restarts' own standard deviation (their stationary fluctuation)."""
+
+    predicted: np.ndarray
+    dev: np.ndarray
+    z: np.ndarray
+    limit: np.ndarray     # (D,) the extrapolated L∞ itself
+    p: float
+
+    @property
+    def best(self) -> float:
+        """The lowest restart's value minus its prediction (negative: a run below the limit)."""
+        return float(self.dev.min())
+
+    @property
+    def z_min(self) -> float:
+        return float(self.z.min())
+
+
+def restart_check(late, particles) -> RestartCheck:
+    """:class:`RestartCheck` of ``late`` (N, data set, run) at ``particles`` (three or more)."""
+    late = np.asarray(late, float)
+    N = np.asarray(particles, float)
+    fit = particle_bias(late[:-1], N[:-1])
+    predicted = fit.intercepts + fit.b * N[-1] ** (-fit.p)
+    dev = late[-1] - predicted[:, None]
+    sd = late[-1].std(-1, ddof=1)[:, None]
+    return RestartCheck(predicted, dev, dev / sd, fit.intercepts.copy(), fit.p)
