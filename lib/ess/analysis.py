@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import itertools
+import math
 import warnings
 
 import numpy as np
 from scipy import stats
 
-__all__ = ["FAR_BETTER_GAP", "SATURATED_ACCURACY", "REGULARISER_GAIN", "TRACKING_CORRELATION", "attainable_gap",
-           "oracle_ceiling", "delimiter_test", "detectable_gap", "did_not_train", "gap_design", "paired_gain_test",
-           "gain_tracking_test", "spearman", "spearman_rows", "spearman_gap_bootstrap", "within_family_spearman"]
+__all__ = ["FAR_BETTER_GAP", "SATURATED_ACCURACY", "REGULARISER_GAIN", "TRACKING_CORRELATION", "RESET_SHARE",
+           "attainable_gap", "rival_ceiling", "ranked_families", "capped_tss", "delimiter_test", "detectable_gap",
+           "did_not_train", "gap_design", "paired_gain_test", "gain_tracking_test", "sign_flip_p",
+           "permutation_correlation_p", "rival_comparison", "run_share_test", "spearman", "spearman_rows",
+           "spearman_gap_bootstrap", "within_family_spearman"]
 
 #: The effect this chapter takes as the paper's "ESS/κ predicts accuracy far better than TSS/κ",
 #: on the scale of the claim's statistic (the mean over the families of ρ_ESS − ρ_TSS, Spearman).
@@ -39,6 +43,141 @@ REGULARISER_GAIN = 0.10
 TRACKING_CORRELATION = 0.5
 
 
+#: The share of training runs that reset their state after delimiters which this chapter takes as the
+#: paper's "models reset at delimiters", on the scale of the delimiter claim's statistic (the share of
+#: independent training runs whose own tests resolve a reset): fixed a priori at one half (a behaviour
+#: that a typical training run shows), independent of any run of this chapter.
+RESET_SHARE = 0.5
+
+
+def capped_tss(tss, start: int = 1) -> float:
+    """The position-capped TSS of a model on sequences of length ℓ: the mean over positions
+    ``i ≥ start`` of ``min(TSS_i, i, ℓ − i)`` (``tss``: the TSS per position, length ℓ). No
+    operator on ℓ tokens can have a Hankel block of rank above ``min(i, ℓ − i)``, whatever its
+    state, so this is the largest mean ESS the architecture *and the sequence's shape* allow; it
+    is the nearest rival of ESS as a predictor (a measure that only knows the configuration)."""
+    t = np.asarray(tss, dtype=float)
+    if t.ndim != 1 or t.size <= start:
+        raise ValueError("tss must be a 1-d profile longer than start")
+    i = np.arange(t.size)
+    return float(np.mean(np.minimum(t, np.minimum(i, t.size - i))[start:]))
+
+
+def ranked_families(y, family, saturated: float = SATURATED_ACCURACY) -> tuple[list, list]:
+    """Which families of models can be ranked by accuracy ``y`` at all: a family where at least half
+    the models reach ``saturated`` ranks near-ties (solved models differ by noise) and is left out of
+    the statistic *and* of its ceiling alike. Returns ``(kept, saturated_families)`` in order of
+    appearance."""
+    y, family = np.asarray(y, dtype=float), np.asarray(family)
+    if y.shape != family.shape or y.ndim != 1:
+        raise ValueError("y and family must be 1-d arrays of equal length")
+    fams = list(dict.fromkeys(family.tolist()))
+    sat = [f for f in fams if np.mean(y[family == f] >= saturated) >= 0.5]
+    return [f for f in fams if f not in sat], sat
+
+
+def rival_ceiling(rho_b: dict, rho_ab: dict, undefined=()) -> dict:
+    """The largest mean gap ``mean_f (ρ(a, y) − ρ(b, y))`` the data could show, over the families the
+    statistic uses (those in ``rho_b`` not in ``undefined``, with finite values), whatever ``y``:
+    per family ``min(1 − ρ_b, √(2(1 − ρ_ab)))``, where ``ρ_ab`` is the Spearman correlation of the
+    two predictors. The first bound is a perfect ranking by ``a``; the second holds because a
+    Spearman ρ is the inner product of unit rank vectors, so ``ρ(a, y) − ρ(b, y) = ⟨â − b̂, ŷ⟩ ≤
+    ‖â − b̂‖ = √(2(1 − ρ_ab))``: two predictors that rank the models alike cannot be told apart by
+    any accuracy. Returns ``per_family``, ``separable`` (the second bound per family) and
+    ``ceiling``, their mean (NaN when no family is left)."""
+    per, sep = {}, {}
+    for f, rb in rho_b.items():
+        if f in set(undefined) or not np.isfinite(rb) or not np.isfinite(rho_ab.get(f, np.nan)):
+            continue
+        sep[f] = float(np.sqrt(max(0.0, 2.0 * (1.0 - float(rho_ab[f])))))
+        per[f] = float(min(1.0 - float(rb), sep[f]))
+    return {"per_family": per, "separable": sep,
+            "ceiling": float(np.mean(list(per.values()))) if per else float("nan")}
+
+
+def sign_flip_p(d, rng: np.random.Generator | None = None, n_mc: int = 2 ** 17, exact_max: int = 32) -> float:
+    """One-sided p-value of "the mean of ``d`` is positive" by sign flipping: the share of the 2ⁿ sign
+    patterns ±d whose sum is at least the observed one (the observed pattern included, so p ≥ 2⁻ⁿ).
+    Exact, with no distributional assumption but a null distribution symmetric about 0, for
+    ``n ≤ exact_max`` (the two halves' sums enumerated and met by a sorted search); beyond, Monte
+    Carlo over ``n_mc`` random patterns drawn from ``rng``, p = (1 + #{≥})/(1 + n_mc), itself a
+    valid p-value."""
+    d = np.asarray(d, dtype=float)
+    if d.ndim != 1 or d.size < 1 or not np.all(np.isfinite(d)):
+        raise ValueError("d must be a finite 1-d array")
+    n, obs = d.size, float(d.sum())
+    slack = 1e-9 * (float(np.abs(d).sum()) + 1e-300)     # rounding of equal sums
+    if n <= exact_max:
+        h = n // 2
+
+        def sums(v):
+            signs = 1 - 2 * ((np.arange(2 ** v.size)[:, None] >> np.arange(v.size)) & 1)
+            return signs @ v if v.size else np.zeros(1)
+
+        s1, s2 = sums(d[:h]), np.sort(sums(d[h:]))
+        count = (s2.size - np.searchsorted(s2, obs - slack - s1, side="left")).sum()
+        return float(count) / 2.0 ** n
+    if rng is None:
+        raise ValueError(f"n = {n} > exact_max: the Monte Carlo p-value needs rng")
+    count = 0
+    for start in range(0, n_mc, 8192):
+        k = min(8192, n_mc - start)
+        signs = rng.integers(0, 2, (k, n)) * 2 - 1
+        count += int(((signs @ d) >= obs - slack).sum())
+    return (1.0 + count) / (1.0 + n_mc)
+
+
+def permutation_correlation_p(x, y, rng: np.random.Generator | None = None, n_mc: int = 2 ** 17,
+                              exact_max: int = 8) -> tuple[float, float]:
+    """Pearson's r of ``x`` with ``y`` and its one-sided permutation p-value for r > 0: the share of
+    the n! pairings whose correlation is at least the observed one (observed included, p ≥ 1/n!),
+    exact under the null that the two are independent (exchangeable) for ``n ≤ exact_max``; beyond,
+    Monte Carlo over ``n_mc`` random permutations from ``rng`` (p = (1 + #{≥})/(1 + n_mc)). A
+    constant ``x`` or ``y`` gives ``(nan, 1.0)``."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if x.shape != y.shape or x.ndim != 1 or x.size < 2:
+        raise ValueError("x and y must be 1-d arrays of one length, two or more")
+    if x.std() == 0 or y.std() == 0:
+        return float("nan"), 1.0
+    xc, yc = x - x.mean(), y - y.mean()
+    r = float(xc @ yc / np.sqrt((xc @ xc) * (yc @ yc)))
+    obs = float(xc @ yc)
+    slack = 1e-9 * float(np.abs(xc).sum() * np.abs(yc).max())
+    n = x.size
+    if n <= exact_max:
+        perms = np.array(list(itertools.permutations(range(n))))
+        return r, float(np.mean(yc[perms] @ xc >= obs - slack))
+    if rng is None:
+        raise ValueError(f"n = {n} > exact_max: the Monte Carlo p-value needs rng")
+    count = 0
+    for start in range(0, n_mc, 4096):
+        k = min(4096, n_mc - start)
+        perms = rng.permuted(np.broadcast_to(np.arange(n), (k, n)), axis=1)
+        count += int((yc[perms] @ xc >= obs - slack).sum())
+    return r, (1.0 + count) / (1.0 + n_mc)
+
+
+def run_share_test(resets, alpha: float, effect: float = RESET_SHARE, power: float = 0.8) -> dict:
+    """Do independent training runs show a behaviour, with the run as the unit? ``resets``: per run,
+    whether its own tests (each at ``alpha_run = alpha / n``) resolved the behaviour. Under the null
+    that no run has it, each run passes with probability at most ``alpha_run``, so the count ``k`` is
+    at most Binomial(n, alpha_run) and ``p = P(Bin(n, alpha_run) ≥ k)``; the claim holds when
+    ``p < alpha`` (one run suffices: ``1 − (1 − alpha/n)ⁿ < alpha``). Its design: ``detectable``,
+    the smallest share q of runs having the behaviour at which the rule holds with probability
+    ``power`` (``1 − (1 − q)ⁿ ≥ power``, runs passing their own tests whenever they have it, which
+    the positive control checks); ``ceiling`` 1; ``effect`` as given. Also ``k``, ``n``, ``share``."""
+    resets = np.asarray(resets, dtype=bool)
+    if resets.ndim != 1 or resets.size < 1:
+        raise ValueError("resets must be a 1-d boolean array, one run or more")
+    if not (0 < alpha < 1 and 0 < power < 1 and 0 < effect <= 1):
+        raise ValueError("need 0 < alpha, power < 1 and 0 < effect ≤ 1")
+    n, k = resets.size, int(resets.sum())
+    alpha_run = alpha / n
+    p = float(stats.binom.sf(k - 1, n, alpha_run)) if k else 1.0
+    return {"k": k, "n": n, "share": k / n, "alpha_run": alpha_run, "p": p, "holds": bool(p < alpha),
+            "detectable": float(1.0 - (1.0 - power) ** (1.0 / n)), "ceiling": 1.0, "effect": float(effect)}
+
+
 def detectable_gap(se: float, alpha: float, power: float = 0.8) -> float:
     """Smallest true gap a one-sided test at level ``alpha`` detects with probability ``power``
     when its estimate is normal with standard error ``se``: (z_{1−α} + z_{power})·se (at
@@ -62,48 +201,12 @@ def attainable_gap(rho_b: dict, undefined=()) -> float:
     return float(np.mean(values)) if values else float("nan")
 
 
-def oracle_ceiling(y, config, family, rho_b: dict, undefined=(),
-                   saturated: float = SATURATED_ACCURACY) -> dict:
-    """The largest mean gap any configuration-level measure could show over ``rho_b``, family by
-    family: the in-sample oracle that gives every model its configuration's mean ``y`` (``config``
-    labels a model's configuration, e.g. width and κ; replicates share it) ranks ``y`` as well as
-    anything that depends on the configuration alone can, so no such measure (ESS/κ included) beats
-    the rival by more than ``ρ_oracle[f] − rho_b[f]`` (floored at 0) in family ``f``; the rest is
-    training noise between replicates. A family where at least half the models reach
-    ``saturated`` is *saturated*: there the oracle's ρ ranks near-ties, so it contributes 0
-    (no memory measure can show that one solved model is better than another). Families in
-    ``undefined`` (or with a rival correlation that is NaN) are left out, as the statistic leaves
-    them out. Returns ``per_family`` (the ceilings), ``rho_oracle``, ``saturated`` (the saturated
-    families) and ``ceiling``, their mean (NaN when no family is left)."""
-    y = np.asarray(y, dtype=float)
-    config = np.asarray(config)
-    family = np.asarray(family)
-    if not y.shape == config.shape == family.shape or y.ndim != 1:
-        raise ValueError("y, config and family must be 1-d arrays of equal length")
-    per, rho_o, sat = {}, {}, []
-    for f in dict.fromkeys(family.tolist()):
-        if f in set(undefined) or f not in rho_b or not np.isfinite(rho_b[f]):
-            continue
-        idx = np.flatnonzero(family == f)
-        keys = config[idx]
-        oracle = np.array([y[idx][keys == k].mean() for k in keys])
-        r = float(spearman_rows(oracle[None], y[idx][None])[0])
-        rho_o[f] = r
-        if np.mean(y[idx] >= saturated) >= 0.5:
-            sat.append(f)
-            per[f] = 0.0
-        else:
-            per[f] = max(0.0, r - float(rho_b[f])) if np.isfinite(r) else 0.0
-    return {"per_family": per, "rho_oracle": rho_o, "saturated": sat,
-            "ceiling": float(np.mean(list(per.values()))) if per else float("nan")}
-
-
 def gap_design(fam: dict, alpha: float, n_seeds: int, effect: float = FAR_BETTER_GAP,
                power: float = 0.8, ceiling: float | None = None) -> dict:
     """What a :func:`within_family_spearman` result ``fam`` can show, for ``lib.claims.Power``:
     ``detectable``, the smallest mean gap its one-sided test at ``alpha`` detects with probability
     ``power`` (:func:`detectable_gap` of its bootstrap standard error); ``ceiling``, the largest
-    gap the design can show at all (``ceiling`` where given, e.g. :func:`oracle_ceiling`'s; else
+    gap the design can show at all (``ceiling`` where given, e.g. :func:`rival_ceiling`'s; else
     :func:`attainable_gap`, a perfect ranking in every family); ``effect`` as given; and
     ``seeds_needed``, the seeds per configuration at which the same spread (se ∝ 1/√seeds) would
     bring ``detectable`` down to ``effect``. ``defined`` is False (and the numbers None) when no
@@ -212,33 +315,27 @@ def within_family_spearman(a, b, y, family, rng: np.random.Generator, n_boot: in
             "n_valid": int(gaps.size), "undefined": undefined}
 
 
-def _t_sf(d: np.ndarray, n: int) -> float:
-    """One-sided p-value of "mean of d > 0" (Student t, n − 1 degrees of freedom); where every
-    difference is equal, 0 for a positive one and 1 otherwise."""
-    se = d.std(ddof=1) / np.sqrt(n)
-    if se == 0:
-        return 0.0 if d.mean() > 0 else 1.0
-    return float(stats.t.sf(d.mean() / se, n - 1))
-
-
 def delimiter_test(drops: np.ndarray, comparisons: dict, positive: np.ndarray, alpha: float,
-                   power: float = 0.8) -> dict:
-    """The delimiter claim's intersection–union test, per seed, over test sequences.
+                   power: float = 0.8, rng: np.random.Generator | None = None) -> dict:
+    """One training run's (seed's) tests of a reset after delimiters, over its test sequences, for
+    every seed.
 
     ``drops`` (seeds, sequences): each test sequence's entropy-ESS drop after delimiters of the model
     under test; ``comparisons``: name → (seeds, sequences) drops of comparison models measured on the
     same sequences (paired); ``positive``: the same model's drops with a hard reset (the positive
-    control). Tests, each one-sided Student t over the sequences at ``alpha``, on every seed:
-    ``drop`` (mean drop > 0) and, per comparison ``c``, ``c`` (mean of drops − c's drops > 0). The
-    claim holds when every test rejects on every seed (false-alarm rate ≤ ``alpha``). The positive
-    control applies the same tests to ``positive`` in place of ``drops``.
+    control). Tests, each a one-sided sign-flip test over the sequences (:func:`sign_flip_p`, exact
+    up to 32 sequences, else Monte Carlo from ``rng``) at ``alpha``, on every seed: ``drop`` (mean
+    drop > 0) and, per comparison ``c``, ``c`` (mean of drops − c's drops > 0). A seed *resets*
+    (``resets``, per seed) when every test rejects (intersection–union: a run without a reset passes
+    with probability ≤ ``alpha``); the same tests on ``positive`` give ``resets_positive``, and
+    ``control_passes`` is True when the hard reset is detected on every seed.
 
     Returns per test the p-values over seeds (``p``), the smallest mean each seed's test detects with
-    probability ``power`` (``mde``, the largest over seeds), ``holds``, ``control_passes``, and the
-    replicates whose own drop is not resolved: ``unresolved`` (indices), their drop's upper
-    ``alpha`` bound (``drop_upper``), the smallest resolved mean drop, and ``decided``: False where
-    some replicates resolve a drop and an unresolved one cannot be bounded below the smallest of
-    those (a small reset and none cannot be told apart there)."""
+    probability ``power`` (``mde``, the largest over seeds, by the t approximation), ``holds`` (every
+    seed resets), and the replicates whose own drop is not resolved: ``unresolved`` (indices), their
+    drop's upper ``alpha`` bound (``drop_upper``, t approximation), the smallest resolved mean drop,
+    ``below_resolved`` and ``decided`` (False where some replicates resolve a drop and an unresolved
+    one cannot be bounded below the smallest of those)."""
     drops = np.asarray(drops, dtype=float)
     positive = np.asarray(positive, dtype=float)
     if drops.ndim != 2 or positive.shape != drops.shape or drops.shape[1] < 2:
@@ -252,14 +349,14 @@ def delimiter_test(drops: np.ndarray, comparisons: dict, positive: np.ndarray, a
 
     def tests(x):
         diffs = {"drop": x, **{k: x - v for k, v in comps.items()}}
-        p = {k: np.array([_t_sf(d, n) for d in v]) for k, v in diffs.items()}
+        p = {k: np.array([sign_flip_p(d, rng) for d in v]) for k, v in diffs.items()}
         mde = {k: float(t_power * np.max(v.std(axis=1, ddof=1)) / np.sqrt(n)) for k, v in diffs.items()}
         return p, mde, {k: v.mean(axis=1) for k, v in diffs.items()}
 
     p, mde, means = tests(drops)
     p_pos, _, means_pos = tests(positive)
-    holds = bool(all(np.all(v < alpha) for v in p.values()))
-    control = bool(all(np.all(v < alpha) for v in p_pos.values()))
+    resets = np.all([v < alpha for v in p.values()], axis=0)
+    resets_pos = np.all([v < alpha for v in p_pos.values()], axis=0)
     drop_means = means["drop"]
     drop_upper = drop_means + t_reject * drops.std(axis=1, ddof=1) / np.sqrt(n)
     unresolved = np.flatnonzero(p["drop"] >= alpha)
@@ -267,7 +364,8 @@ def delimiter_test(drops: np.ndarray, comparisons: dict, positive: np.ndarray, a
     smallest = float(drop_means[resolved].min()) if resolved.size else float("nan")
     below = bool(unresolved.size and resolved.size and drop_upper[unresolved].max() < smallest)
     return {"p": p, "mde": mde, "means": means, "p_positive": p_pos, "means_positive": means_pos,
-            "holds": holds, "control_passes": control, "unresolved": unresolved, "resolved": resolved,
+            "resets": resets, "resets_positive": resets_pos, "holds": bool(resets.all()),
+            "control_passes": bool(resets_pos.all()), "unresolved": unresolved, "resolved": resolved,
             "drop_upper": drop_upper, "smallest_resolved": smallest, "below_resolved": below,
             "decided": bool(not unresolved.size or not resolved.size or below), "n_sequences": n}
 
@@ -293,16 +391,19 @@ def _seeds_for(width, effect: float, n_max: int = 100_000) -> int | None:
     return lo
 
 
-def paired_gain_test(before, after, alpha: float, effect: float = REGULARISER_GAIN, power: float = 0.8) -> dict:
+def paired_gain_test(before, after, alpha: float, rng: np.random.Generator | None = None,
+                     effect: float = REGULARISER_GAIN, power: float = 0.8) -> dict:
     """Does a treatment raise accuracy, paired by seed? ``before`` and ``after``: one accuracy per seed
-    (same seeds, same order) without and with it. The rule: a one-sided paired Student t-test of the
-    mean difference ``after − before`` > 0 over the seeds, rejecting at ``alpha`` (``holds``). Its
-    design: ``detectable``, the smallest true mean gain it detects with probability ``power``
-    ((t_{1−α} + t_power)·sd/√n, n − 1 degrees of freedom, with the observed spread ``sd`` of the
-    differences); ``ceiling``, the largest mean gain possible at all, ``mean(1 − before)`` (accuracy
-    cannot exceed 1); ``effect`` as given; ``seeds_needed``, the seeds at which the same spread would
-    bring ``detectable`` down to ``effect`` (None if none up to 10⁵). Also ``mean``, ``sd``, ``se``,
-    ``p``, ``n`` and ``n_positive`` (seeds with a gain)."""
+    (same seeds, same order) without and with it. The rule: the one-sided sign-flip test
+    (:func:`sign_flip_p`, exact up to 32 seeds, else Monte Carlo from ``rng``) of the mean difference
+    ``after − before`` > 0, rejecting at ``alpha`` (``holds``). ``reachable``: whether n seeds can
+    reach ``alpha`` at all (the smallest sign-flip p is 2⁻ⁿ); where they cannot, the test cannot hold
+    and the design detects nothing. Its design: ``detectable``, the smallest true mean gain it detects
+    with probability ``power`` (the paired t's (t_{1−α} + t_power)·sd/√n, which the sign-flip test
+    approaches; with the observed spread ``sd``); ``ceiling``, ``mean(1 − before)`` (accuracy cannot
+    exceed 1); ``effect`` as given; ``seeds_needed``, the seeds at which the level is reachable and the
+    same spread would bring ``detectable`` down to ``effect`` (None if none up to 10⁵). Also ``mean``,
+    ``sd``, ``se``, ``p``, ``n`` and ``n_positive`` (seeds with a gain)."""
     before, after = np.asarray(before, dtype=float), np.asarray(after, dtype=float)
     if before.shape != after.shape or before.ndim != 1 or before.size < 2:
         raise ValueError("before and after must be 1-d arrays of one length, two seeds or more")
@@ -311,40 +412,79 @@ def paired_gain_test(before, after, alpha: float, effect: float = REGULARISER_GA
     d = after - before
     n = d.size
     sd = float(d.std(ddof=1))
+    n_level = int(np.floor(np.log2(1.0 / alpha))) + 1          # smallest n with 2⁻ⁿ < alpha
 
     def width(k):
         return float((stats.t.isf(alpha, k - 1) + stats.t.ppf(power, k - 1)) * sd / np.sqrt(k))
 
-    p = _t_sf(d, n)
+    p = sign_flip_p(d, rng)
+    need = _seeds_for(width, effect) if sd > 0 else n
     return {"mean": float(d.mean()), "sd": sd, "se": float(sd / np.sqrt(n)), "p": p, "holds": bool(p < alpha), "n": n,
             "n_positive": int((d > 0).sum()), "detectable": width(n), "ceiling": float(np.mean(1.0 - before)),
-            "effect": float(effect), "seeds_needed": _seeds_for(width, effect) if sd > 0 else n}
+            "effect": float(effect), "reachable": bool(2.0 ** -n < alpha), "n_level": n_level,
+            "seeds_needed": None if need is None else max(need, n_level)}
 
 
-def gain_tracking_test(d_measure, d_accuracy, alpha: float, effect: float = TRACKING_CORRELATION,
-                       power: float = 0.8) -> dict:
-    """Does the paired change of a measure (e.g. ESS) explain the paired change in accuracy over seeds?
-    The rule: Pearson's r between ``d_measure`` and ``d_accuracy`` (one value per seed each) > 0, the
-    one-sided t-test of r with n − 2 degrees of freedom, rejecting at ``alpha`` (``holds``). Its
-    design: ``detectable``, the smallest true correlation it detects with probability ``power``
-    (Fisher's z: tanh((z_{1−α} + z_power)/√(n − 3))); ``ceiling`` 1 (a correlation); ``effect`` as
-    given; ``seeds_needed``, the smallest n whose detectable correlation is at most ``effect``. Also
-    ``r``, ``p``, ``n`` and, for the measure's change itself, its mean ``measure_mean`` and the
-    one-sided paired p-value of ``measure_mean`` > 0 (``measure_p``), reported beside the rule."""
+def gain_tracking_test(d_measure, d_accuracy, alpha: float, rng: np.random.Generator | None = None,
+                       effect: float = TRACKING_CORRELATION, power: float = 0.8) -> dict:
+    """Does the paired change of a measure (e.g. ESS) go with the paired change in accuracy over seeds?
+    The rule: Pearson's r between ``d_measure`` and ``d_accuracy`` (one value per seed each) > 0 by
+    the one-sided permutation test (:func:`permutation_correlation_p`: exact up to 8 seeds, else
+    Monte Carlo from ``rng``), rejecting at ``alpha`` (``holds``). ``reachable``: whether n seeds
+    can reach ``alpha`` at all (the smallest permutation p is 1/n!, and 1/(1 + 2¹⁷) by Monte
+    Carlo). Its design: ``detectable``, the smallest true correlation it detects with probability
+    ``power`` (Fisher's z: tanh((z_{1−α} + z_power)/√(n − 3))); ``ceiling`` 1; ``effect`` as given;
+    ``seeds_needed``, the smallest n whose detectable correlation is at most ``effect`` and whose
+    level is reachable. Also ``r``, ``p``, ``n`` and, for the measure's change itself, its mean
+    ``measure_mean`` and its one-sided sign-flip p-value for a rise (``measure_p``), reported beside
+    the rule."""
     x, y = np.asarray(d_measure, dtype=float), np.asarray(d_accuracy, dtype=float)
     if x.shape != y.shape or x.ndim != 1 or x.size < 4:
         raise ValueError("d_measure and d_accuracy must be 1-d arrays of one length, four seeds or more")
     if not (0 < alpha < 1 and 0 < power < 1 and 0 < effect < 1):
         raise ValueError("need 0 < alpha, power, effect < 1")
     n = x.size
-    if x.std() == 0 or y.std() == 0:
-        r, p = float("nan"), 1.0
-    else:
-        r = float(np.corrcoef(x, y)[0, 1])
-        r_c = min(r, 1.0 - 1e-15)
-        p = float(stats.t.sf(r_c * np.sqrt((n - 2) / (1.0 - r_c ** 2)), n - 2))
+    r, p = permutation_correlation_p(x, y, rng)
+    n_level = next(k for k in range(2, 100) if 1.0 / math.factorial(k) < alpha)
     z = float(stats.norm.isf(alpha) + stats.norm.ppf(power))
     return {"r": r, "p": p, "holds": bool(p < alpha), "n": n, "detectable": float(np.tanh(z / np.sqrt(n - 3))),
-            "ceiling": 1.0, "effect": float(effect),
-            "seeds_needed": int(np.ceil((z / np.arctanh(effect)) ** 2 + 3)),
-            "measure_mean": float(x.mean()), "measure_p": _t_sf(x, n)}
+            "ceiling": 1.0, "effect": float(effect), "reachable": bool(1.0 / math.factorial(n) < alpha),
+            "n_level": n_level, "seeds_needed": max(n_level, int(np.ceil((z / np.arctanh(effect)) ** 2 + 3))),
+            "measure_mean": float(x.mean()), "measure_p": sign_flip_p(x, rng)}
+
+
+def rival_comparison(a, rivals: dict, y, family, rng: np.random.Generator, alpha: float, n_seeds: int,
+                     effect: float = FAR_BETTER_GAP, n_boot: int = 20000,
+                     saturated: float = SATURATED_ACCURACY) -> dict:
+    """Does predictor ``a`` rank ``y`` better than *every* rival (``rivals``: name → predictor) within
+    each family? The families are those :func:`ranked_families` keeps (a saturated family is left
+    out of the statistic and its ceiling alike); per rival, :func:`within_family_spearman` of ``a``
+    against it over those families (its ``p_not_better``), the Spearman correlation of ``a`` with the
+    rival in each family (``rho_ab``), the ceiling of :func:`rival_ceiling` on the same families and
+    :func:`gap_design`'s numbers with it. The rule is an intersection–union test: it holds when every
+    rival is beaten, each at ``alpha`` (false-alarm rate ≤ ``alpha``). Its design: ``detectable`` the
+    largest of the rivals' detectable gaps, ``ceiling`` the smallest of their ceilings (the rule
+    needs every gap), ``defined`` False where some rival's design is undefined (no family to rank).
+    Returns ``per_rival`` (name → ``{fam, rho_ab, ceiling, design}``), ``kept``, ``saturated``,
+    ``holds``, ``detectable``, ``ceiling``, ``effect``, ``defined``."""
+    a, y, family = np.asarray(a, dtype=float), np.asarray(y, dtype=float), np.asarray(family)
+    kept, sat = ranked_families(y, family, saturated)
+    mask = np.isin(family, kept)
+    per = {}
+    for name, b in rivals.items():
+        b = np.asarray(b, dtype=float)
+        if b.shape != a.shape:
+            raise ValueError("every rival must have one value per model")
+        fam = within_family_spearman(a[mask], b[mask], y[mask], family[mask], rng, n_boot=n_boot)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", stats.ConstantInputWarning)
+            rho_ab = {f: float(stats.spearmanr(a[family == f], b[family == f]).statistic) for f in kept}
+        ceil = rival_ceiling(fam["rho_b"], rho_ab, fam["undefined"])
+        per[name] = {"fam": fam, "rho_ab": rho_ab, "ceiling": ceil,
+                     "design": gap_design(fam, alpha, n_seeds, effect=effect, ceiling=ceil["ceiling"])}
+    defined = bool(per) and all(r["design"]["defined"] for r in per.values())
+    holds = bool(defined and all(r["fam"]["p_not_better"] < alpha for r in per.values()))
+    return {"per_rival": per, "kept": kept, "saturated": sat, "holds": holds, "defined": defined,
+            "detectable": max(r["design"]["detectable"] for r in per.values()) if defined else None,
+            "ceiling": min(r["design"]["ceiling"] for r in per.values()) if defined else None,
+            "effect": float(effect)}

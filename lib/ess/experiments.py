@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import torch
 
+from lib.ess.analysis import capped_tss
 from lib.ess.models import GATED, MixerLM, ModelConfig, TrainConfig, accuracy, task_ess, train, with_hard_reset
 from lib.ess.population import train_groups
 from lib.ess.tasks import IGNORE, Vocab, delimited_mqar, mqar
@@ -43,7 +44,8 @@ def _measure_mqar(model: MixerLM, losses: list[float], n_pairs: int, seed: int, 
     prof = task_ess(model, tokens[:n_ess])
     out = {"accuracy": accuracy(model, tokens, targets), "n_queries": int((targets != IGNORE).sum()),
            "final_loss": float(np.mean(losses[-20:])),
-           "tss": _positions_mean(prof["tss"]), "tss_query": _positions_mean(prof["tss"], 2 * n_pairs),
+           "tss": _positions_mean(prof["tss"]), "tss_capped": capped_tss(prof["tss"]),
+           "tss_query": _positions_mean(prof["tss"], 2 * n_pairs),
            "max_ess_minus_tss": float(prof["max_excess"])}
     if "factored_rel_err" in prof:
         out["factored_rel_err"] = float(prof["factored_rel_err"])

@@ -4,6 +4,8 @@ correlations in words, and the power statements of the chapter's four statistica
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 
@@ -11,9 +13,9 @@ from lib.claims import Power
 from lib.ess.analysis import FAR_BETTER_GAP, SATURATED_ACCURACY
 
 __all__ = ["mqar_table", "regulariser_table", "regulariser_means", "accuracy_spread", "utilisation", "ranking",
-           "family_rhos", "direction", "effect_position", "ceiling_text", "pooled_text", "accuracy_power",
+           "family_rhos", "direction", "effect_position", "rival_text", "pooled_text", "accuracy_power",
            "unresolved_text", "delimiter_reading", "delimiter_power", "regulariser_pairs", "stalled_text",
-           "gain_power", "tracking_power"]
+           "gain_power", "tracking_power", "control_pairs"]
 
 # -- tables of trained models ------------------------------------------------------------------------------
 
@@ -22,7 +24,8 @@ def mqar_table(points, mixers, widths, pairs, ess_col: str) -> pd.DataFrame:
     """One row per trained MQAR model of the sweep ``points`` (each ``{"mixer", "d_k", "models": [...]}``,
     as :func:`lib.ess.experiments.run_mqar_replicates` returns them), in the order of ``mixers``,
     ``widths``, ``pairs`` and seed; ``ess`` is the column ``ess_col`` (the reported tolerance) and
-    ``ess_per_kv``, ``tss_per_kv`` are ESS and TSS per key–value pair."""
+    ``ess_per_kv``, ``tss_per_kv``, ``cap_per_kv`` are ESS, TSS and the position-capped TSS
+    (:func:`lib.ess.analysis.capped_tss`) per key–value pair."""
     records = sorted(({"mixer": p["mixer"], "d_k": p["d_k"], **r} for p in points for r in p["models"]),
                      key=lambda r: (mixers.index(r["mixer"]), widths.index(r["d_k"]), pairs.index(r["n_pairs"]),
                                     r["seed"]))
@@ -30,6 +33,7 @@ def mqar_table(points, mixers, widths, pairs, ess_col: str) -> pd.DataFrame:
     df["ess"] = df[ess_col]
     df["ess_per_kv"] = df["ess"] / df["n_pairs"]
     df["tss_per_kv"] = df["tss"] / df["n_pairs"]
+    df["cap_per_kv"] = df["tss_capped"] / df["n_pairs"]
     return df
 
 
@@ -111,18 +115,6 @@ def effect_position(effect: float, low: float, high: float) -> str:
     return "lies above" if effect > high else "lies below"
 
 
-def ceiling_text(oracle: dict, rho_b: dict, families) -> str:
-    """The ceiling of :func:`lib.ess.analysis.oracle_ceiling` family by family, with why (a saturated
-    family's oracle ranks near-ties; elsewhere the oracle's ρ against the rival's ``rho_b``)."""
-    return "; ".join(
-        f"{m}: {oracle['per_family'][m]:.2f}" + (f" (saturated: at least half its models reach accuracy "
-                                                 f"{SATURATED_ACCURACY}, the oracle's ρ {oracle['rho_oracle'][m]:.2f} "
-                                                 "ranks near-ties)" if m in oracle["saturated"] else
-                                                 f" (oracle ρ {oracle['rho_oracle'][m]:.2f} against ρ_TSS "
-                                                 f"{rho_b[m]:.2f})")
-        for m in families if m in oracle["per_family"])
-
-
 def pooled_text(boot: dict, n_models: int) -> str:
     """The pooled comparison of :func:`lib.ess.analysis.spearman_gap_bootstrap` over ``n_models`` in a
     sentence."""
@@ -131,43 +123,57 @@ def pooled_text(boot: dict, n_models: int) -> str:
             f"{boot['p_a_better']:.1%} of resamples: " + direction(boot["rho_a"], boot["rho_b"]) + ").")
 
 
-def accuracy_power(fam: dict, design: dict, ceiling: str, *, families, n_models: int, alpha: float, n_layers: int,
+def rival_text(cmp: dict, names: dict) -> str:
+    """Per rival of a :func:`lib.ess.analysis.rival_comparison` result ``cmp`` (``names``: rival → words)
+    and per family kept: ρ_ESS against the rival's ρ, the two predictors' own correlation and the
+    ceiling it leaves, then the mean gap, its interval and the share of resamples at or below 0."""
+    parts = []
+    for name, r in cmp["per_rival"].items():
+        fam, ceil = r["fam"], r["ceiling"]
+        fams = [f for f in cmp["kept"] if f not in fam["undefined"]]
+        per = "; ".join(f"{f}: ρ_ESS {fam['rho_a'][f]:.2f} against {fam['rho_b'][f]:.2f}, the two measures "
+                        f"correlating at {r['rho_ab'][f]:.2f} (ceiling {ceil['per_family'][f]:.2f})" for f in fams)
+        parts.append(f"against {names[name]}: {per or 'no family with defined correlations'}"
+                     + (f"; mean gap {fam['mean_gap']:.2f} (95% interval [{fam['gap_low']:.2f}, "
+                        f"{fam['gap_high']:.2f}], share of resamples ≤ 0: {fam['p_not_better']:.4f})" if fams else ""))
+    return "; ".join(parts)
+
+
+def accuracy_power(cmp: dict, names: dict, *, families, n_models: int, alpha: float, n_layers: int,
                    steps: int, pooled: str) -> Power:
-    """The power statement of the claim that ESS/κ ranks accuracy better than TSS/κ within each family:
-    of :func:`lib.ess.analysis.within_family_spearman`'s result ``fam`` over ``n_models`` models of
-    ``families``, the design of :func:`lib.ess.analysis.gap_design` (its detectable gap at ``alpha``,
-    its ceiling, given family by family in ``ceiling``, and the seeds that would reach the effect
-    :data:`lib.ess.analysis.FAR_BETTER_GAP`), whether ``n_layers`` and ``steps`` are the paper's
-    regime (two layers or more, 2000 steps or more), and the ``pooled`` comparison. Without a defined
-    design (no family ranks) the control fails."""
-    left_out = [m for m in families if m in fam["undefined"]]
+    """The power statement of the claim that ESS/κ ranks accuracy better than every rival (``names``:
+    rival → words) within each family: of :func:`lib.ess.analysis.rival_comparison`'s result ``cmp``
+    over ``n_models`` models of ``families``, per rival its detectable gap at ``alpha`` and its ceiling
+    (:func:`lib.ess.analysis.rival_ceiling`, on the families the statistic uses), the rule's detectable
+    gap (the largest) and ceiling (the smallest) against the stated effect, whether ``n_layers`` and
+    ``steps`` are the paper's regime (two layers or more, 2000 steps or more), and the ``pooled``
+    comparison. Without a defined design (no family ranks) the control fails."""
+    sat = cmp["saturated"]
     paper_regime = n_layers >= 2 and steps >= 2000
+    designs = {k: r["design"] for k, r in cmp["per_rival"].items()}
     statement = (
         f"{n_models} models of {len(families)} families ({', '.join(families)}); "
-        + (f"left out as undefined (every model of the family reaches the same accuracy): {', '.join(left_out)}; "
-           if left_out else "")
+        + (f"left out of the statistic and of its ceiling alike as saturated (at least half the models reach "
+           f"accuracy {SATURATED_ACCURACY}, so their ranking is one of near-ties): {', '.join(sat)}; " if sat else "")
         + f"the paper gives no coefficients, so its \"far better\" is taken a priori as a mean gap of "
-          f"{FAR_BETTER_GAP:.2f} (Cohen's medium correlation). "
-        + (f"The bootstrap standard error of the mean gap is {design['se']:.3f}: the test detects a gap of "
-           f"{design['detectable']:.2f} with probability 0.8 at {alpha:.1e}"
-           + ("" if design["detectable"] <= FAR_BETTER_GAP else
-              f" (about {design['seeds_needed']} seeds per configuration would reach the effect)")
-           + ". TSS/κ already ranks the families at ρ_TSS = "
-           + ", ".join(f"{fam['rho_b'][m]:.2f} ({m})" for m in families if m not in left_out)
-           + ". The ceiling is what an in-sample oracle (each model scored by its configuration's mean accuracy, "
-             "the best any measure of the configuration can do; the rest is training noise between replicates) "
-             f"gains over TSS/κ, family by family: {ceiling}; their mean, {design['ceiling']:.2f}, is the "
-             "largest gap this design could show. "
-           if design["defined"] else "No family has a defined correlation, so no gap can be estimated. ")
+          f"{FAR_BETTER_GAP:.2f} (Cohen's medium correlation), against each rival. "
+        + ("".join(f"Against {names[k]}: bootstrap standard error {d['se']:.3f}, detectable gap {d['detectable']:.2f} "
+                   f"(probability 0.8 at {alpha:.1e}), ceiling {d['ceiling']:.2f}. " for k, d in designs.items())
+           + "Each family's ceiling is the smaller of a perfect ranking's gain, 1 − ρ_rival, and √(2(1 − ρ)), "
+             "ρ the correlation of ESS/κ with the rival: no accuracy whatever can separate two measures that "
+             f"rank the models alike by more. The rule needs every rival beaten: detectable {cmp['detectable']:.2f}, "
+             f"ceiling {cmp['ceiling']:.2f}. "
+           if cmp["defined"] else "No family has defined correlations, so no gap can be estimated. ")
         + (f"{n_layers}-layer models trained {steps} steps: the paper's regime (two layers or more, trained to "
            "convergence)." if paper_regime else
            f"{n_layers}-layer models trained {steps} steps, short of the paper's regime (two layers or more, "
            "trained to convergence; the CPU budget sets the steps).")
         + " " + pooled)
-    if design["defined"]:
-        return Power(statement, detectable=design["detectable"], effect=FAR_BETTER_GAP, ceiling=design["ceiling"],
-                     value=design)
-    return Power(statement, control=False, value=design)
+    value = {k: {kk: d[kk] for kk in ("se", "detectable", "ceiling", "seeds_needed")} for k, d in designs.items()}
+    if cmp["defined"]:
+        return Power(statement, detectable=cmp["detectable"], effect=FAR_BETTER_GAP, ceiling=cmp["ceiling"],
+                     value=value)
+    return Power(statement, control=False, value=value)
 
 
 def unresolved_text(dt: dict, n_seeds: int, accuracy, alpha: float) -> str:
@@ -188,8 +194,8 @@ def unresolved_text(dt: dict, n_seeds: int, accuracy, alpha: float) -> str:
            + " the task without resetting, so the test's power is not what fails"
            if dt["below_resolved"] else
            "; a drop as large as the smallest one another replicate resolves cannot be excluded there, "
-           "so this run cannot tell a training run without a reset from one with a small reset and "
-           "does not decide the claim"
+           "so this run cannot tell a training run without a reset from one with a small reset; it "
+           "counts as a run that does not reset"
            if dt["resolved"].size else "; no replicate resolves a drop"))
 
 
@@ -214,31 +220,36 @@ def delimiter_reading(p: dict, alpha: float) -> str:
             "not every seed resolves " + " and ".join(failed))
 
 
-def delimiter_power(dt: dict, reset_drops: np.ndarray, accuracy: dict, unresolved: str, *, alpha: float,
+def delimiter_power(dt: dict, share: dict, reset_drops: np.ndarray, accuracy: dict, *, alpha: float,
                     eval_length: int) -> Power:
-    """The power statement of the delimiter claim: the positive control (:func:`lib.ess.analysis.delimiter_test`
-    on the hard-reset model, ``reset_drops``), which counts as passed only if the run also decides every
-    replicate (``unresolved`` says which do not), each seed's detectable effects at ``alpha``, and each
-    arm's accuracy range (``accuracy``: arm → per replicate) at the length ``eval_length``."""
+    """The power statement of the delimiter claim, the training run as the unit: the design of
+    :func:`lib.ess.analysis.run_share_test`'s result ``share`` (the smallest share of resetting runs
+    its rule detects with probability 0.8 at ``alpha``, the stated share, ceiling 1), its positive
+    control (:func:`lib.ess.analysis.delimiter_test`'s tests on the hard-reset model,
+    ``reset_drops``, which must resolve a reset on every run at the per-run level), each run's
+    detectable effects, and each arm's accuracy range (``accuracy``: arm → per replicate) at the
+    length ``eval_length``."""
     acc = accuracy
     max_p_reset = max(v.max() for v in dt["p_positive"].values())
     return Power(
-        f"Positive control: the same three tests on the delimiter-trained GLA with a hard reset on the "
-        f"delimiter (mean entropy drop {reset_drops.mean():.2f}; largest p over seeds and tests "
-        f"{max_p_reset:.1e}); it counts as passed only if the run also "
-        f"decides every replicate ({unresolved}). Each seed's tests detect a mean drop of "
-        f"{dt['mde']['drop']:.2f}, a margin over the control of {dt['mde']['control']:.2f} and over linear "
-        f"attention of {dt['mde']['linear']:.2f} (probability 0.8 at {alpha:.1e}). All arms trained and "
-        f"measured at {eval_length} tokens for the same steps; accuracy "
+        f"The unit is the training run: {share['n']} independent runs, each tested at {share['alpha_run']:.1e} "
+        f"(so that a chapter seed whose runs never reset passes with probability below {alpha:.1e}); the paper's "
+        f"finding is taken a priori as a share of {share['effect']:.1f} of runs that reset, and the rule (one "
+        f"run or more) detects a share of {share['detectable']:.2f} with probability 0.8. Positive control: "
+        f"the same per-run tests on the delimiter-trained GLA with a hard reset on the delimiter (mean entropy "
+        f"drop {reset_drops.mean():.2f}; largest p over runs and tests {max_p_reset:.1e}) must find a reset in "
+        f"every run. Each run's tests detect a mean drop of {dt['mde']['drop']:.2f}, a margin over the control "
+        f"of {dt['mde']['control']:.2f} and over linear attention of {dt['mde']['linear']:.2f} (probability 0.8, "
+        f"t approximation). All arms trained and measured at {eval_length} tokens for the same steps; accuracy "
         f"{acc['delimited'].min():.2f}–{acc['delimited'].max():.2f} (GLA with delimiters), "
         f"{acc['control'].min():.2f}–{acc['control'].max():.2f} (control), "
         f"{acc['linear'].min():.2f}–{acc['linear'].max():.2f} (linear attention); a one-layer model on a "
         "synthetic delimited recall task stands in for the paper's language models.",
-        control=bool(dt["control_passes"] and dt["decided"]),
-        value={"reset_drop": float(reset_drops.mean()), "max_p_reset": float(max_p_reset),
-               "mde": dt["mde"], "power": 0.8, "unresolved_replicates": dt["unresolved"].tolist(),
-               "unresolved_drop_upper": dt["drop_upper"][dt["unresolved"]].tolist(),
-               "decided": dt["decided"]})
+        detectable=share["detectable"], effect=share["effect"], ceiling=share["ceiling"],
+        control=bool(dt["control_passes"]),
+        value={"reset_drop": float(reset_drops.mean()), "max_p_reset": float(max_p_reset), "mde": dt["mde"],
+               "k": share["k"], "n": share["n"], "alpha_run": share["alpha_run"],
+               "resets": dt["resets"].tolist(), "resets_positive": dt["resets_positive"].tolist()})
 
 
 def stalled_text(stalled: dict, n_seeds: int, chance: float) -> str:
@@ -251,34 +262,66 @@ def stalled_text(stalled: dict, n_seeds: int, chance: float) -> str:
                         for lam, v in stalled.items()))
 
 
+def _level_text(test: dict, alpha: float, smallest: str) -> str:
+    return ("" if test["reachable"] else
+            f" With {test['n']} seeds the smallest p-value the test can give is {smallest}, above {alpha:.1e}: "
+            f"it cannot hold at all, so the design detects nothing ({test['n_level']} seeds reach the level).")
+
+
 def gain_power(gain: dict, stalled: str, *, lam1: float, alpha: float) -> Power:
     """The power statement of the claim that the regulariser (weight ``lam1``) raises accuracy, paired by
     seed: :func:`lib.ess.analysis.paired_gain_test`'s design (its detectable gain at ``alpha``, the
-    ceiling and the stated effect) and which models did not train (``stalled``, in words)."""
+    ceiling and the stated effect; unmatched where the seeds cannot reach ``alpha``) and which models
+    did not train (``stalled``, in words)."""
     need = gain["seeds_needed"]
     return Power(
         f"{gain['n']} seeds, each trained without and with the regulariser (λ = {lam1:g}) from the same initial "
         f"weights on the same batches; the paper gives no number, so the gain is taken a priori as "
-        f"{gain['effect']:.2f} in accuracy (a tenth of the queries). The paired differences spread by "
-        f"{gain['sd']:.3f} (standard deviation): the test detects a mean gain of {gain['detectable']:.3f} with "
-        f"probability 0.8 at {alpha:.1e}"
+        f"{gain['effect']:.2f} in accuracy (a tenth of the queries). Exact sign-flip test. The paired differences "
+        f"spread by {gain['sd']:.3f} (standard deviation): the test detects a mean gain of "
+        f"{gain['detectable']:.3f} with probability 0.8 at {alpha:.1e} (t approximation)"
         + ("" if gain["detectable"] <= gain["effect"] else
            (f" (about {need} seeds would reach the effect)" if need else " (no number of seeds would reach it)"))
-        + f"; accuracy cannot exceed 1, so the largest mean gain possible is {gain['ceiling']:.2f}. {stalled}.",
-        detectable=gain["detectable"], effect=gain["effect"], ceiling=gain["ceiling"],
-        value={k: gain[k] for k in ("n", "sd", "se", "detectable", "ceiling", "effect", "seeds_needed")})
+        + f"; accuracy cannot exceed 1, so the largest mean gain possible is {gain['ceiling']:.2f}. {stalled}."
+        + _level_text(gain, alpha, f"2^-{gain['n']} = {2.0 ** -gain['n']:.1e}"),
+        detectable=gain["detectable"], effect=gain["effect"], ceiling=gain["ceiling"], matched=gain["reachable"],
+        value={k: gain[k] for k in ("n", "sd", "se", "detectable", "ceiling", "effect", "seeds_needed", "reachable")})
 
 
-def tracking_power(track: dict, *, alpha: float) -> Power:
-    """The power statement of the claim that the paired change in entropy-ESS explains the paired gain in
-    accuracy: :func:`lib.ess.analysis.gain_tracking_test`'s design (its detectable correlation at
-    ``alpha``, the stated effect and the seeds that would reach it)."""
+def tracking_power(track: dict, control: dict, *, alpha: float) -> Power:
+    """The power statement of the claim that the paired change in entropy-ESS goes with the paired gain
+    in accuracy: :func:`lib.ess.analysis.gain_tracking_test`'s design (its detectable correlation at
+    ``alpha``, the stated effect and the seeds that would reach it) and its negative control
+    ``control``, the same test on pairs of λ-free runs of different seeds: a rule that passes there
+    credits seed-to-seed variation, not the regulariser, so the design is unmatched; so is one whose
+    seeds cannot reach ``alpha``."""
+    ok = bool(track["reachable"] and not control["holds"])
     return Power(
-        f"{track['n']} seeds; \"explains\" is taken a priori as a correlation of {track['effect']:.1f} between the "
-        f"paired changes (Cohen's large: a quarter of the gain's variance). With {track['n']} seeds the test "
-        f"detects a correlation of {track['detectable']:.2f} with probability 0.8 at {alpha:.1e}"
+        f"{track['n']} seeds; the paper's account is taken a priori as a correlation of {track['effect']:.1f} "
+        f"between the paired changes (Cohen's large: a quarter of the gain's variance). Permutation test: with "
+        f"{track['n']} seeds it detects a correlation of {track['detectable']:.2f} with probability 0.8 at "
+        f"{alpha:.1e} (Fisher's z)"
         + ("" if track["detectable"] <= track["effect"] else f"; {track['seeds_needed']} seeds would reach the effect")
-        + f". Beside the rule: the entropy-ESS changes by {track['measure_mean']:+.3f} on average (one-sided paired "
-          f"p = {track['measure_p']:.1e} for a rise).",
-        detectable=track["detectable"], effect=track["effect"], ceiling=track["ceiling"],
-        value={k: track[k] for k in ("n", "detectable", "effect", "seeds_needed", "measure_mean", "measure_p")})
+        + f". Negative control: the same test on {control['n']} pairs of runs without the regulariser that differ "
+          f"only in their seed (initial weights and batches) gives r = {control['r']:.2f}, p = {control['p']:.1e}"
+        + (": it passes, so the rule credits how training runs differ, not the regulariser." if control["holds"]
+           else ": it does not pass.")
+        + f" Beside the rule: the entropy-ESS changes by {track['measure_mean']:+.3f} on average (one-sided "
+          f"sign-flip p = {track['measure_p']:.1e} for a rise)."
+        + _level_text(track, alpha, f"1/{track['n']}! = {1.0 / math.factorial(track['n']):.1e}"),
+        detectable=track["detectable"], effect=track["effect"], ceiling=track["ceiling"], matched=ok,
+        value={k: track[k] for k in ("n", "detectable", "effect", "seeds_needed", "measure_mean", "measure_p",
+                                     "reachable")} | {"control_r": control["r"], "control_p": control["p"],
+                                                      "control_holds": control["holds"]})
+
+
+def control_pairs(df: pd.DataFrame, control: pd.DataFrame, lam0: float, offset: int) -> pd.DataFrame:
+    """The negative control's pairs: each seed ``s`` of a :func:`regulariser_table` ``df`` at ``lam0``
+    (suffix ``_0``) beside the control run of seed ``s + offset`` at the same weight (``control``, a
+    :func:`regulariser_table` of other seeds; suffix ``_1``): two λ-free runs that differ only in
+    their seed. Columns as :func:`regulariser_pairs`, index the seed ``s``."""
+    cols = {"accuracy": "accuracy", "ess_entropy": "entropy"}
+    a = df[df["lambda"] == lam0].set_index("seed")[list(cols)].rename(columns={k: f"{v}_0" for k, v in cols.items()})
+    b = (control[control["lambda"] == lam0].assign(seed=lambda t: t["seed"] - offset).set_index("seed")[list(cols)]
+         .rename(columns={k: f"{v}_1" for k, v in cols.items()}))
+    return a.join(b, how="inner").sort_index()
