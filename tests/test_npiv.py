@@ -879,3 +879,26 @@ def test_restart_check_extrapolates_from_the_smaller_particle_numbers():
     stuck = late.copy()
     stuck[-1, 0, 0] += 0.01
     assert analysis.restart_check(stuck, N).dev[0, 0] > 0.009
+
+
+def test_released_variant_trace_records_the_estimate_and_changes_nothing():
+    rng = np.random.default_rng(4)
+    z, W = rng.standard_normal((64, 5)), rng.standard_normal((64, 5))
+    Y, zs = rng.standard_normal(64), rng.standard_normal((20, 5))
+    plain = baselines.AdamF2BMLD(iterations=12, inner_steps=2, batch=8).fit(z, W, Y, 0, ("t",))
+    traced = baselines.AdamF2BMLD(iterations=12, inner_steps=2, batch=8).fit(
+        z, W, Y, 0, ("t",), trace_z=zs, trace_every=4)
+    np.testing.assert_array_equal(plain.predict(zs), traced.predict(zs))
+    k, v = traced.trace
+    np.testing.assert_array_equal(k, [4, 8, 12])
+    assert v[-1] == pytest.approx(float(traced.predict(zs).mean()), rel=1e-6)
+    assert len(plain.trace[0]) == 0
+
+
+def test_ope_released_curve_fits_every_logged_transition():
+    model = baselines.AdamF2BMLD(iterations=6, inner_steps=1, batch=8)
+    r = experiments.ope_released_curve(0.4, 0, 10, model, 0, 0.9, trace_every=3, n_starts=5)
+    rng = stream(0, "ope-data", 0.4, 0)
+    assert r["transitions"] == len(cartpole.collect(10, 0.4, rng).a)
+    np.testing.assert_array_equal(r["iterations"], [3, 6])
+    assert r["estimate"].shape == (2,) and np.isfinite(r["truth"])

@@ -314,11 +314,15 @@ class AdamF2BMLD:
     weight_decay: float = 1e-5
 
     def fit(self, z, W, Y, root: int, key: tuple = (), z_next=None, kappa=None,
-            autograd: bool = False):
+            autograd: bool = False, trace_z=None, trace_every: int = 0):
         """Fit; initialisation from the sub-stream ``("adam-f2bmld-init", *key)`` and minibatches
         from ``("adam-f2bmld-batches", *key)`` of chapter seed ``root``. The steps are written
         out (:class:`_FlatMLP`); ``autograd=True`` takes them with autograd and
-        ``torch.optim.Adam`` instead (the same numbers, slower)."""
+        ``torch.optim.Adam`` instead (the same numbers, slower). With ``trace_z`` and
+        ``trace_every`` > 0 (written-out steps only) the mean of the treatment model over
+        ``trace_z`` (for OPE, the start states: the estimate) is recorded after every
+        ``trace_every``-th iteration, as ``self.trace`` = (iterations, values); recording draws
+        nothing and leaves the fit unchanged."""
         with torch.random.fork_rng():
             seed_torch(root, "adam-f2bmld-init", *key)
             self.a = _mlp(z.shape[1], self.width, 1)
@@ -342,7 +346,10 @@ class AdamF2BMLD:
             return out + kappa[i] * out_next, [(saved, None), (saved_next, kappa[i])]
 
         n = len(Y)
-        for _ in range(self.iterations):
+        traced = trace_z is not None and trace_every > 0
+        tz = t(trace_z) if traced else None
+        trace_k, trace_v = [], []
+        for it in range(self.iterations):
             i1, i2 = (torch.as_tensor(rng.choice(n, self.batch, replace=False)) for _ in range(2))
             target, W1, Y1 = treat(i1)[0], W[i1], Y[i1]
             for _ in range(self.inner_steps):   # stage I: w ≈ argmin G(a, ·)
@@ -360,7 +367,11 @@ class AdamF2BMLD:
             for k, (s, kap) in enumerate(saved):
                 fa.backward(d_ha if kap is None else d_ha * kap, s, accumulate=k > 0)
             fa.adam_step()
+            if traced and (it + 1) % trace_every == 0:
+                trace_k.append(it + 1)
+                trace_v.append(float(fa.forward(tz)[0].mean()))
         fa.load_into(self.a)
+        self.trace = (np.array(trace_k, int), np.array(trace_v, float))
         return self
 
     def _fit_autograd(self, z, W, Y, z_next, kappa, w, wt, rng):

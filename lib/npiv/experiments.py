@@ -287,3 +287,30 @@ def ope_released(gammas, noises, reps, n_episodes: int, n: int, model, root: int
                        for nz in noises] for g in gammas])
     est = np.array([r["est"] for r in est], float).reshape(len(gammas), len(noises), len(reps))
     return {"truth": truth, "est": est, "rel_err": np.abs(est - truth[..., None]) / truth[..., None]}
+
+
+def _released_curve_point(noise: float, seed: int, *, root: int, n_episodes: int, model,
+                          gamma: float, trace_every: int) -> dict:
+    """One long run of :func:`ope_released_curve` (the sweep's ``seed`` is the replicate)."""
+    rng = stream(root, "ope-data", float(noise), int(seed))
+    tr = cartpole.collect(n_episodes, float(noise), rng)
+    p = cartpole.ope_problem(tr, len(tr.a), rng, gamma)
+    fit = model.fit(p.z, p.W, p.Y / (1 - gamma), root, ("ope-released-long", noise, gamma, seed),
+                    z_next=p.z_next, kappa=p.kappa, trace_z=p.z_start, trace_every=trace_every)
+    return {"iterations": fit.trace[0], "estimate": fit.trace[1], "transitions": int(len(tr.a))}
+
+
+def ope_released_curve(noise: float, rep: int, n_episodes: int, model, root: int,
+                       gamma: float, trace_every: int, n_starts: int = 1000) -> dict:
+    """The released variant (``model``, an :class:`~lib.npiv.baselines.AdamF2BMLD`) on *all*
+    transitions of the logged data set of :func:`ope` at noise level ``noise``, replicate ``rep``
+    (the same episodes; no subsample), with its estimate recorded every ``trace_every``
+    iterations: ``iterations``, ``estimate``, the Monte-Carlo ``truth`` (the start states of
+    :func:`ope`) and ``transitions``, the number of logged transitions fitted. One
+    :func:`lib.sweep.sweep` point."""
+    run, = sweep(partial(_released_curve_point, root=root, n_episodes=int(n_episodes), model=model,
+                         gamma=float(gamma), trace_every=int(trace_every)),
+                 {"noise": [float(noise)]}, seeds=[int(rep)], desc="OPE released, long run")
+    truth = cartpole.true_value(float(noise), stream(root, "ope-truth", float(noise)), n_starts,
+                                gamma=gamma)
+    return {**run, "truth": float(truth)}
