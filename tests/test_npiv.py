@@ -902,3 +902,19 @@ def test_ope_released_curve_fits_every_logged_transition():
     assert r["transitions"] == len(cartpole.collect(10, 0.4, rng).a)
     np.testing.assert_array_equal(r["iterations"], [3, 6])
     assert r["estimate"].shape == (2,) and np.isfinite(r["truth"])
+
+
+def test_shape_reading_says_where_the_mean_lies():
+    assert "within two standard errors" in analysis.shape_reading(0.01, 0.01)
+    assert "faster" in analysis.shape_reading(0.05, 0.01)
+    assert "slowing" in analysis.shape_reading(-0.05, 0.01)
+    assert analysis.shape_reading(-0.05, 0.01).startswith("-0.050 ± 0.010")
+    assert "no standard error" in analysis.shape_reading(0.1, float("nan"))
+
+
+def test_energy_share_of_the_rate_change():
+    assert analysis.energy_share(np.e ** 0.2, np.e ** 0.05) == pytest.approx(0.25)
+    assert "entropy part" in analysis.entropy_share_reading(np.e ** 0.2, np.e ** 0.05)
+    assert "energy's own" in analysis.entropy_share_reading(np.e ** 0.2, np.e ** 0.15)
+    assert np.isnan(analysis.energy_share(1.0, 1.1))
+    assert "neither" in analysis.entropy_share_reading(1.0, 1.1)

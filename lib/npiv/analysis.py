@@ -172,6 +172,34 @@ def decay_shift(t, gap_hot, gap_cold, hi: float, lo: float) -> ShapeShift:
     return ShapeShift(float(a.mean()), float(b.mean()), diff, se, df, p)
 
 
+def energy_share(ratio: float, energy_ratio: float) -> float:
+    """The share of the free energy's log-rate change that its energy alone shows:
+    log(energy_ratio) / log(ratio) (NaN where the free energy's rate does not change)."""
+    lr = float(np.log(ratio))
+    return float(np.log(energy_ratio) / lr) if np.isfinite(lr) and lr != 0 else float("nan")
+
+
+def entropy_share_reading(ratio: float, energy_ratio: float) -> str:
+    """Words for :func:`energy_share`: whether most of the free energy's speed-up is its entropy
+    part or the energy's own."""
+    share = energy_share(ratio, energy_ratio)
+    if not np.isfinite(share):
+        return "the free energy's rate does not change, and neither share can be read"
+    return ("most of the speed-up is the entropy part of the free energy relaxing" if share < 0.5
+            else "most of the speed-up is the energy's own")
+
+
+def shape_reading(mean: float, se: float, z: float = 2.0) -> str:
+    """Words for a mean log(d₁/d₂) with standard error ``se``: within ``z`` standard errors of 0
+    (an exponential), above (the lower half faster) or below (the decay slowing down)."""
+    if not np.isfinite(mean) or not np.isfinite(se):
+        return f"{mean:+.3f} (no standard error)"
+    where = ("within two standard errors of 0, an exponential" if abs(mean) <= z * se else
+             "above 0, the lower half a little faster" if mean > 0 else
+             "below 0, the decay still slowing down")
+    return f"{mean:+.3f} ± {se:.3f}, {where}"
+
+
 def decay_by_sigma(t, gap, hi: float, lo: float) -> tuple[np.ndarray, np.ndarray]:
     """Per temperature (first axis of ``gap``): the mean of the per-run log(d₁/d₂) and its
     standard error over data sets (the second axis; each data set's runs averaged first)."""
