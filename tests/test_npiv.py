@@ -875,6 +875,8 @@ def test_restart_check_extrapolates_from_the_smaller_particle_numbers():
     np.testing.assert_allclose(rc.dev, late[-1] - rc.predicted[:, None])
     np.testing.assert_allclose(rc.z, rc.dev / late[-1].std(-1, ddof=1)[:, None])
     assert abs(rc.p - 1) < 0.1 and rc.best == rc.dev.min() and rc.z_min == rc.z.min()
+    assert rc.mean == pytest.approx(rc.dev.mean())
+    assert rc.se == pytest.approx(rc.dev.std(ddof=1) / np.sqrt(rc.dev.size))
     # one restart stuck above the limit (an initialisation it did not forget) stands out
     stuck = late.copy()
     stuck[-1, 0, 0] += 0.01

@@ -714,6 +714,16 @@ class RestartCheck:
     p: float
 
     @property
+    def mean(self) -> float:
+        """The mean deviation over every restart."""
+        return float(self.dev.mean())
+
+    @property
+    def se(self) -> float:
+        """The standard error of :attr:`mean` over restarts."""
+        return float(self.dev.std(ddof=1) / np.sqrt(self.dev.size))
+
+    @property
     def best(self) -> float:
         """The lowest restart's value minus its prediction (negative: a run below the limit)."""
         return float(self.dev.min())
