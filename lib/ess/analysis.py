@@ -325,8 +325,8 @@ def delimiter_test(drops: np.ndarray, comparisons: dict, positive: np.ndarray, a
     same sequences (paired); ``positive``: the same model's drops with a hard reset (the positive
     control). Tests, each a one-sided sign-flip test over the sequences (:func:`sign_flip_p`, exact
     up to 32 sequences, else Monte Carlo from ``rng``) at ``alpha``, on every seed: ``drop`` (mean
-    drop > 0) and, per comparison ``c``, ``c`` (mean of drops − c's drops > 0). A seed *resets*
-    (``resets``, per seed) when every test rejects (intersection–union: a run without a reset passes
+    drop > 0) and, per comparison ``c``, ``c`` (mean of drops − c's drops > 0). A replicate resets
+    (``resets``, one flag per replicate) when every test rejects (intersection–union: a run without a reset passes
     with probability ≤ ``alpha``); the same tests on ``positive`` give ``resets_positive``, and
     ``control_passes`` is True when the hard reset is detected on every seed.
 
