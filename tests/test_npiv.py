@@ -753,7 +753,7 @@ def test_bias_order_claim_as_measured_needs_the_rival_outside_its_band():
     wide = _recorded(analysis.bias_order_claim(_bias_fit(1.0, 0.4), _bias_fit(0.5, 0.1), 1e-4, **kw))
     assert wide.kind == "empirical" and wide.holds is False
     assert wide.power["detects"] is False and wide.power["effect"] == 0.5
-    assert wide.power["detectable"] == pytest.approx(0.4 * _bias_fit(1.0, 0.4).critical(1e-4))
+    assert wide.power["detectable"] == pytest.approx(2 * 0.4 * _bias_fit(1.0, 0.4).critical(1e-4))
     assert wide.verdict == "not tested"
     narrow = _recorded(analysis.bias_order_claim(_bias_fit(1.0, 0.05), _bias_fit(0.5, 0.1), 1e-4,
                                                  **kw))
@@ -920,3 +920,76 @@ def test_energy_share_of_the_rate_change():
     assert "energy's own" in analysis.entropy_share_reading(np.e ** 0.2, np.e ** 0.15)
     assert np.isnan(analysis.energy_share(1.0, 1.1))
     assert "neither" in analysis.entropy_share_reading(1.0, 1.1)
+
+
+def test_bias_order_claim_needs_bands_around_1_and_half_that_do_not_overlap():
+    # p inside 1's band and |p − ½| > h, but h ≥ ¼: an estimate could lie in both bands, so the
+    # rule neither accepts 1 nor excludes ½
+    kw = dict(sigma=0.4, particles=[8, 16, 32], runs=32)
+    fit = _bias_fit(0.85, 0.3 / _bias_fit(0.85, 1.0).critical(1e-4))
+    lo, hi = fit.band(1e-4)
+    h = (hi - lo) / 2
+    assert h == pytest.approx(0.3) and lo <= fit.p <= hi and abs(fit.p - 0.5) > h
+    claim = _recorded(analysis.bias_order_claim(fit, _bias_fit(0.5, 0.1), 1e-4, **kw))
+    assert claim.holds is False and claim.power["detects"] is False
+    assert claim.verdict == "not tested"
+    assert claim.simulation["h"] == pytest.approx(0.3)
+
+
+def test_data_set_contrast_pairs_by_data_set_and_gives_its_50_percent_power_point():
+    hot = np.array([[1.0, 3.0], [2.0, 2.0], [4.0, np.nan]])
+    cold = np.zeros((3, 2))
+    c = analysis.data_set_contrast(hot, cold)
+    assert c.diff == pytest.approx([2.0, 2.0, 4.0]) and c.df == 2
+    assert c.mean == pytest.approx(8 / 3)
+    assert c.se == pytest.approx(np.std([2, 2, 4], ddof=1) / np.sqrt(3))
+    from scipy.stats import t as student_t
+    assert c.p_value == pytest.approx(student_t.sf(c.mean / c.se, 2))
+    assert c.detectable(1e-3) == pytest.approx(student_t.isf(1e-3, 2) * c.se)
+    assert np.isnan(analysis.data_set_contrast(hot[:1], cold[:1]).p_value)
+
+
+def test_bookkeeping_gap_is_the_cold_energy_plus_the_hot_entropy_part():
+    gap = np.arange(2 * 3 * 4, dtype=float).reshape(2, 1, 3, 4)
+    egap = gap / 2
+    assert analysis.bookkeeping_gap(gap, egap) == pytest.approx(egap[0] + gap[-1] - egap[-1])
+
+
+def test_rate_and_shape_contrasts_read_exponentials():
+    t = np.linspace(0, 20, 401)
+    fast = np.exp(-np.array([[1.0, 1.1], [0.9, 1.0]])[..., None] * t)   # (data set, run, time)
+    slow = np.exp(-np.array([[0.5, 0.55], [0.45, 0.5]])[..., None] * t)
+    r = analysis.rate_contrast(t, fast, slow, 0.01)
+    assert r.mean == pytest.approx(np.log(2), rel=1e-2)
+    s = analysis.shape_contrast(t, fast, slow, 0.3, 0.03)
+    assert abs(s.mean) < 1e-2  # both exponential: log(d₁/d₂) ≈ 0 on each side
+    assert analysis.interpolated_rates(t, fast, 0.01)[0, 0] == pytest.approx(1.0, rel=1e-2)
+
+
+def test_long_run_reading_names_the_overshoot_the_swing_and_the_unsettled_tail():
+    it = np.arange(1000, 9000, 1000)
+    est = np.array([10.6, 48.8, 85.5, 97.1, 125.3, 144.9, 139.5, 162.9])
+    text = analysis.long_run_reading(it, est, 87.6, 0.99, 0.4, 485961)
+    assert "passes above 100" in text and "162.9 after 8000" in text
+    assert "after 3000 iterations (85.5), a point it passes on a swing" in text
+    assert "has not settled" in text and "final error is 75.3" in text
+    assert "median 6.5 (quartiles [3.2, 8.7])" in text
+    flat = analysis.long_run_reading(it, np.full(8, 87.0), 87.6, 0.99, 0.1, 10)
+    assert "passes above" not in flat and "swing" not in flat and "not settled" not in flat
+    assert "paper's median" not in flat
+
+
+def test_contrast_glue_reads_the_energy_against_its_50_percent_power_point():
+    def c(m, se):
+        return analysis.DataSetContrast(np.array([m]), m, se, 3, 0.01)
+    cs = {"free energy": c(0.2, 0.01), "bookkeeping rival": c(0.1, 0.01), "energy": c(0.05, 0.01)}
+    g = analysis.contrast_glue("rate", cs, 1e-4)
+    from scipy.stats import t as student_t
+    assert g["rate_energy_value"] == pytest.approx(np.exp(0.05))
+    assert g["rate_energy_detect"] == pytest.approx(np.exp(student_t.isf(1e-4, 3) * 0.01))
+    assert g["rate_book_share"] == pytest.approx(0.5)
+    assert "not resolvable" in g["rate_energy_reading"]
+    cs["energy"] = c(0.5, 0.01)
+    g = analysis.contrast_glue("shape", cs, 1e-4)
+    assert g["shape_energy_value"] == pytest.approx(0.5) and "resolvable" in g["shape_energy_reading"]
+    assert "not" not in g["shape_energy_reading"]
