@@ -993,3 +993,13 @@ def test_contrast_glue_reads_the_energy_against_its_50_percent_power_point():
     g = analysis.contrast_glue("shape", cs, 1e-4)
     assert g["shape_energy_value"] == pytest.approx(0.5) and "resolvable" in g["shape_energy_reading"]
     assert "not" not in g["shape_energy_reading"]
+
+
+def test_restart_reading_says_whether_the_mean_shift_is_resolved():
+    dev = np.array([[0.001, -0.001, 0.0005, -0.0005]])
+    ok = analysis.RestartCheck(np.zeros(1), dev, dev / 0.001, np.zeros(1), 1.0)
+    assert "within 2 standard errors" in analysis.restart_reading(ok)
+    assert "no initial law ends systematically elsewhere" in analysis.restart_reading(ok)
+    shifted = analysis.RestartCheck(np.zeros(1), dev - 0.003, (dev - 0.003) / 0.001, np.zeros(1), 1.0)
+    text = analysis.restart_reading(shifted)
+    assert "standard errors over runs from 0" in text and "systematically" not in text

@@ -877,3 +877,18 @@ def contrast_glue(kind: str, contrasts: dict, false_alarm: float) -> dict:
         f"{kind}_energy_reading": ("above it, resolvable with these data sets" if resolved else
                                    "below it: an effect of this size is not resolvable with these "
                                    "data sets")}
+
+
+def restart_reading(check: RestartCheck, z: float = 2.0) -> str:
+    """Words for :class:`RestartCheck`: whether the restarts' mean deviation from the prediction is
+    within ``z`` standard errors of 0, and how it compares with the stationary fluctuation (each
+    run's deviation in units of its data set's standard deviation over restarts)."""
+    shift = check.mean / check.se if check.se > 0 else float("nan")
+    zmax = float(np.abs(check.z).max())
+    where = (f"their mean deviation is within {z:g} standard errors of 0" if abs(shift) <= z else
+             f"their mean deviation, {check.mean:+.4f}, is {shift:+.1f} standard errors over runs "
+             "from 0 (runs of one data set share its prediction, and that error leaves out the "
+             "prediction's own, so it overstates how well the shift is resolved)")
+    return (f"{where}, and no run lies further than {zmax:.1f} of its data set's stationary "
+            "fluctuations from the prediction" + (": no initial law ends systematically elsewhere"
+                                                  if abs(shift) <= z and zmax <= 4 else ""))
