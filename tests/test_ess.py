@@ -2,6 +2,8 @@
 
 import warnings
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -379,10 +381,11 @@ def test_delimiter_test_by_construction():
     res = delimiter_test(one_flat, {"control": flat}, reset, 1e-3)
     assert not res["holds"] and res["unresolved"].tolist() == [2] and res["below_resolved"] and res["decided"]
     assert res["resets"].tolist() == [True, True, False] and res["resets_positive"].all()
-    # a single p-value by hand: the exact sign-flip test of the paired differences
-    from lib.ess.analysis import sign_flip_p
+    # a single p-value by hand: the exact sign test of the paired differences (count of positive ones)
     d = with_[0] - flat[0]
-    assert delimiter_test(with_, {"control": flat}, reset, 1e-3)["p"]["control"][0] == sign_flip_p(d)
+    k = int((d > 0).sum())
+    assert delimiter_test(with_, {"control": flat}, reset, 1e-3)["p"]["control"][0] == pytest.approx(
+        sum(math.comb(d.size, j) for j in range(k, d.size + 1)) / 2 ** d.size)
     with pytest.raises(ValueError):
         delimiter_test(with_, {"control": flat[:2]}, reset, 1e-3)
 
@@ -859,7 +862,7 @@ def test_delimiter_reading_names_the_tests_some_seed_misses():
 
 
 def test_delimiter_power_is_the_share_of_runs_with_the_hard_reset_as_control():
-    from lib.ess.analysis import delimiter_test, run_share_test
+    from lib.ess.analysis import delimiter_test, reset_run_power, run_share_test
     from lib.ess.report import delimiter_power
 
     rng = np.random.default_rng(1)
@@ -868,13 +871,15 @@ def test_delimiter_power_is_the_share_of_runs_with_the_hard_reset_as_control():
     reset = 2.0 + noise
     acc = {arm: np.array([0.5, 0.6, 0.7]) for arm in ("delimited", "control", "linear")}
     dt = delimiter_test(0.5 + noise, {"control": flat, "linear": flat}, reset, 1e-3 / 3)
-    share = run_share_test(dt["resets"], 1e-3)
-    p = delimiter_power(dt, share, reset, acc, alpha=1e-3, eval_length=50)
-    assert p.control is True and p.detects and p.detectable == pytest.approx(1 - 0.2 ** (1 / 3))
+    rp = reset_run_power(dt, 1e-3 / 3)
+    assert rp["basis"] == "resetting" and 0.99 < rp["power"] <= 1.0
+    share = run_share_test(dt["resets"], 1e-3, run_power=rp["power"])
+    p = delimiter_power(dt, share, rp, reset, acc, alpha=1e-3, eval_length=50)
+    assert p.control is True and p.detects and p.detectable == pytest.approx((1 - 0.2 ** (1 / 3)) / rp["power"])
     assert f"mean entropy drop {reset.mean():.2f}" in p.statement and "measured at 50 tokens" in p.statement
     assert p.value["k"] == 3 and p.value["resets"] == [True, True, True]
     # the hard reset not found on some run: the positive control fails and the design detects nothing
-    p = delimiter_power({**dt, "control_passes": False}, share, reset, acc, alpha=1e-3, eval_length=50)
+    p = delimiter_power({**dt, "control_passes": False}, share, rp, reset, acc, alpha=1e-3, eval_length=50)
     assert p.control is False and not p.detects
 
 
@@ -1000,14 +1005,21 @@ def test_paired_gain_test_by_hand_and_its_design():
 
     before = np.array([0.2, 0.5, 0.4, 0.7, 0.3, 0.6])
     gains = np.array([0.10, 0.05, 0.12, -0.08, 0.02, 0.09])
-    res = paired_gain_test(before, before + gains, 1e-1)
+    res = paired_gain_test(before, before + gains, 1e-1, np.random.default_rng(0))
     assert res["p"] == pytest.approx(_flip_p_by_hand(gains))
     assert res["holds"] == (res["p"] < 1e-1) and res["n_positive"] == 5
     assert res["ceiling"] == pytest.approx(np.mean(1 - before)) and res["effect"] == REGULARISER_GAIN
     width = (stats.t.isf(1e-1, 5) + stats.t.ppf(0.8, 5)) * gains.std(ddof=1) / np.sqrt(6)
-    assert res["detectable"] == pytest.approx(width)
+    assert res["detectable_t"] == pytest.approx(width) and not res["all_positive_only"]
+    # at 12 seeds and 2.5e-4 only 12 gains of 12 reject: the exact power is Φ(μ/σ)¹², closed form
+    twelve = paired_gain_test(np.tile(before, 2), np.tile(before + gains, 2), 2.5e-4)
+    sd = twelve["sd"]
+    assert twelve["all_positive_only"]
+    assert twelve["power_at_effect"] == pytest.approx(stats.norm.cdf(REGULARISER_GAIN / sd) ** 12)
+    assert stats.norm.cdf(twelve["detectable"] / sd) ** 12 == pytest.approx(0.8)
+    assert twelve["detectable"] > twelve["detectable_t"]        # the t approximation overstates the power
     # a loss is not a gain: the one-sided test cannot reject, however clear the loss
-    assert not paired_gain_test(before, before - np.abs(gains), 1e-1)["holds"]
+    assert not paired_gain_test(before, before - np.abs(gains), 1e-1, design=False)["holds"]
     # 6 seeds cannot reach 2.5e-4 (smallest p 2⁻⁶), however large the gain; 12 seeds can
     res = paired_gain_test(before, before + 0.3, 2.5e-4)
     assert res["p"] == 2.0 ** -6 and not res["holds"] and not res["reachable"] and res["n_level"] == 12
@@ -1025,17 +1037,17 @@ def test_paired_gain_test_by_hand_and_its_design():
 
 @pytest.mark.slow
 def test_paired_gain_test_false_alarm_and_power_in_simulation():
-    from lib.ess.analysis import paired_gain_test
+    from lib.ess.analysis import exact_gain_design, paired_gain_test
 
     rng = np.random.default_rng(3)
     alpha, n, sd, sims = 0.05, 12, 0.07, 1000
     before = rng.uniform(0.1, 0.6, size=(sims, n))
     null = before + sd * rng.standard_normal((sims, n))
-    rate = np.mean([paired_gain_test(b, a, alpha)["holds"] for b, a in zip(before, null)])
+    rate = np.mean([paired_gain_test(b, a, alpha, design=False)["holds"] for b, a in zip(before, null)])
     assert rate <= alpha + 3 * np.sqrt(alpha * (1 - alpha) / sims)
-    # at the design's detectable gain (with the true spread) the test rejects about 80% of the time
-    d = (stats.t.isf(alpha, n - 1) + stats.t.ppf(0.8, n - 1)) * sd / np.sqrt(n)
-    hit = np.mean([paired_gain_test(b, a + d, alpha)["holds"] for b, a in zip(before, null)])
+    # at the exact design's detectable gain (with the true spread) the test rejects about 80% of the time
+    d, _ = exact_gain_design(sd, n, alpha, 0.1, np.random.default_rng(4))
+    hit = np.mean([paired_gain_test(b, a + d, alpha, design=False)["holds"] for b, a in zip(before, null)])
     assert hit == pytest.approx(0.8, abs=0.05)
 
 
@@ -1068,18 +1080,120 @@ def test_gain_tracking_test_by_hand_and_its_design():
         gain_tracking_test(x[:3], y[:3], 1e-3)
 
 
-def test_tracking_power_is_unmatched_when_the_control_passes_or_the_level_is_out_of_reach():
+def test_tracking_power_is_the_contrast_with_the_control():
     from lib.ess.report import tracking_power
 
     track = {"n": 20, "r": 0.6, "p": 1e-4, "holds": True, "detectable": 0.45, "effect": 0.5, "ceiling": 1.0,
              "seeds_needed": 17, "measure_mean": 0.1, "measure_p": 0.01, "reachable": True, "n_level": 8}
-    quiet = {"n": 20, "r": 0.1, "p": 0.3, "holds": False}
-    p = tracking_power(track, quiet, alpha=2.5e-4)
-    assert p.matched and p.detects and "r = 0.10, p = 3.0e-01: it does not pass" in p.statement
-    p = tracking_power(track, {**quiet, "r": 0.8, "p": 1e-5, "holds": True}, alpha=2.5e-4)
-    assert not p.matched and not p.detects and "it passes, so the rule credits" in p.statement
-    p = tracking_power({**track, "n": 6, "reachable": False}, quiet, alpha=2.5e-4)
+    con = {"r_ctl": 0.1, "diff": 0.5, "z_diff": 0.59, "p": 1e-3, "detectable": 1.48, "effect": 0.549,
+           "n_ctl": 20, "predicted": 0.01, "mean_treat": 0.05, "residual": 0.04}
+    p = tracking_power(track, con, alpha=2.5e-4)
+    # the contrast's detectable difference exceeds the effect: the design detects nothing
+    assert p.matched and not p.detects and "beyond that effect" in p.statement
+    assert "residual +0.040" in p.statement and "r_T − r_C = +0.50" in p.statement
+    p = tracking_power(track, {**con, "detectable": 0.5}, alpha=2.5e-4)
+    assert p.detects and "within that effect" in p.statement
+    p = tracking_power({**track, "n": 6, "reachable": False}, con, alpha=2.5e-4)
     assert not p.matched and "1/6! = 1.4e-03" in p.statement and "(8 seeds reach the level)" in p.statement
+
+
+def test_correlation_contrast_test_level_power_and_mediation():
+    from lib.ess.analysis import correlation_contrast_test
+
+    rng = np.random.default_rng(11)
+    n = 12
+    x, y = rng.normal(size=n), rng.normal(size=n)
+    xc, yc = rng.normal(size=n), rng.normal(size=n)
+    res = correlation_contrast_test(x, y, xc, yc, 0.05, np.random.default_rng(2), n_perm=4000)
+    assert res["diff"] == pytest.approx(np.corrcoef(x, y)[0, 1] - np.corrcoef(xc, yc)[0, 1])
+    z = stats.norm.isf(0.05) + stats.norm.ppf(0.8)
+    assert res["detectable"] == pytest.approx(z * np.sqrt(2 / 9)) and res["effect"] == pytest.approx(np.arctanh(0.5))
+    slope, icpt = np.polyfit(xc, yc, 1)
+    assert res["predicted"] == pytest.approx(icpt + slope * x.mean())
+    assert res["residual"] == pytest.approx(y.mean() - res["predicted"])
+    # both groups correlate alike (0.7): the contrast keeps its level although each r alone is large
+    sims, alpha = 300, 0.05
+    hits = []
+    for _ in range(sims):
+        xs = rng.normal(size=(2, n))
+        ys = 0.7 * xs + np.sqrt(1 - 0.49) * rng.normal(size=(2, n))
+        hits.append(correlation_contrast_test(xs[0], ys[0], xs[1], ys[1], alpha, rng, n_perm=500)["holds"])
+    assert np.mean(hits) <= alpha + 3 * np.sqrt(alpha * (1 - alpha) / sims)
+    # a treatment correlation of 0.95 against none is found most of the time
+    hits = []
+    for _ in range(100):
+        xs = rng.normal(size=(2, n))
+        yt = 0.95 * xs[0] + np.sqrt(1 - 0.95 ** 2) * rng.normal(size=n)
+        hits.append(correlation_contrast_test(xs[0], yt, xs[1], rng.normal(size=n), alpha, rng, n_perm=500)["holds"])
+    assert np.mean(hits) > 0.8
+    with pytest.raises(ValueError):
+        correlation_contrast_test(x[:3], y[:3], xc, yc, 0.05, rng)
+
+
+def test_sign_test_keeps_its_level_on_skewed_nulls_where_the_sign_flip_test_does_not():
+    from lib.ess.analysis import sign_flip_p, sign_test_p
+
+    rng = np.random.default_rng(21)
+    n, sims, alpha = 32, 3000, 0.01
+    bound = alpha + 3 * np.sqrt(alpha * (1 - alpha) / sims)
+    g = rng.gamma(0.5, size=(sims, n))
+    # median-zero nulls, skewed both ways (the sign test's null P(d > 0) = ½)
+    for d in (np.median(rng.gamma(0.5, size=200_000)) - g, g - np.median(rng.gamma(0.5, size=200_000))):
+        assert np.mean([sign_test_p(row) < alpha for row in d]) <= bound
+    # a null with P(d > 0) below ½ keeps it a fortiori; ties count as not positive
+    assert np.mean([sign_test_p(row) < alpha for row in rng.normal(-0.1, 1, (sims, n))]) <= bound
+    assert sign_test_p(np.zeros(10)) == 1.0 and sign_test_p(np.ones(10)) == pytest.approx(2.0 ** -10)
+    # the sign-flip test of the mean on left-skewed mean-zero data rejects well above its level:
+    # why the per-run delimiter tests are sign tests
+    left = 0.5 - g                                    # mean 0, skew about −2.8
+    assert np.mean([sign_flip_p(row) < alpha for row in left[:1000]]) > 2 * alpha
+
+
+def test_sign_test_power_and_detectable_share_in_simulation():
+    from lib.ess.analysis import sign_test_detectable, sign_test_p, sign_test_power
+
+    rng = np.random.default_rng(22)
+    n, alpha = 32, 8.3e-5
+    q = sign_test_detectable(n, alpha)
+    assert sign_test_power(q, n, alpha) == pytest.approx(0.8, abs=1e-6)
+    sims = 4000
+    hit = np.mean([sign_test_p(row) < alpha for row in (rng.random((sims, n)) < q) * 2.0 - 1.0])
+    assert hit == pytest.approx(0.8, abs=0.025)
+    assert sign_test_power(0.5, n, alpha) < alpha
+    # 10 values cannot reach 2.5e-4 (smallest p 2⁻¹⁰): no share is detectable
+    assert sign_test_power(1.0, 10, 2.5e-4) == 0.0 and sign_test_detectable(10, 2.5e-4) == 1.0
+
+
+def test_intersection_power_and_the_run_share_at_a_per_run_power():
+    from lib.ess.analysis import intersection_power, run_share_test
+
+    assert intersection_power([0.9, 0.95, 1.0]) == pytest.approx(0.85) and intersection_power([0.3, 0.4]) == 0.0
+    rng = np.random.default_rng(23)
+    n, alpha, pi, sims = 3, 1e-3, 0.7, 20000
+    q = run_share_test([True] * n, alpha, run_power=pi)["detectable"]
+    assert q == pytest.approx((1 - 0.2 ** (1 / 3)) / pi)
+    # runs reset with probability q and a resetting run passes its tests with probability pi
+    passes = (rng.random((sims, n)) < q) & (rng.random((sims, n)) < pi)
+    hit = np.mean([run_share_test(r, alpha)["holds"] for r in passes])
+    assert hit == pytest.approx(0.8, abs=0.015)
+
+
+def test_exact_gain_design_simulated_beyond_the_all_positive_case():
+    from lib.ess.analysis import exact_gain_design, sign_flip_power
+
+    rng = np.random.default_rng(24)
+    # 12 seeds at 2.5e-4: closed form, and the simulation agrees
+    det, pw = exact_gain_design(0.07, 12, 2.5e-4, 0.1)
+    assert pw == pytest.approx(stats.norm.cdf(0.1 / 0.07) ** 12)
+    assert sign_flip_power(0.1 / 0.07, 12, 2.5e-4, rng, 4000) == pytest.approx(pw, abs=0.03)
+    # 16 seeds: simulated; the power at the detectable gain is 0.8
+    det, pw = exact_gain_design(0.07, 16, 2.5e-4, 0.1, rng)
+    assert sign_flip_power(det / 0.07, 16, 2.5e-4, rng, 4000) == pytest.approx(0.8, abs=0.03)
+    assert exact_gain_design(0.07, 10, 2.5e-4, 0.1) == (float("inf"), 0.0)
+    # beyond 32 seeds (Monte Carlo test): the paired t's design, its power 0.8 at the detectable gain
+    det, pw = exact_gain_design(0.07, 68, 2.5e-4, 0.1)
+    t = stats.t.isf(2.5e-4, 67)
+    assert stats.nct.sf(t, 67, det / 0.07 * np.sqrt(68)) == pytest.approx(0.8, abs=0.01) and pw > 0.99
 
 
 def test_did_not_train_and_the_regulariser_pairs():

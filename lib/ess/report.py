@@ -220,34 +220,42 @@ def delimiter_reading(p: dict, alpha: float) -> str:
             "not every seed resolves " + " and ".join(failed))
 
 
-def delimiter_power(dt: dict, share: dict, reset_drops: np.ndarray, accuracy: dict, *, alpha: float,
-                    eval_length: int) -> Power:
+def delimiter_power(dt: dict, share: dict, run_power: dict, reset_drops: np.ndarray, accuracy: dict, *,
+                    alpha: float, eval_length: int) -> Power:
     """The power statement of the delimiter claim, the training run as the unit: the design of
     :func:`lib.ess.analysis.run_share_test`'s result ``share`` (the smallest share of resetting runs
-    its rule detects with probability 0.8 at ``alpha``, the stated share, ceiling 1), its positive
-    control (:func:`lib.ess.analysis.delimiter_test`'s tests on the hard-reset model,
-    ``reset_drops``, which must resolve a reset on every run at the per-run level), each run's
-    detectable effects, and each arm's accuracy range (``accuracy``: arm → per replicate) at the
-    length ``eval_length``."""
+    its rule detects with probability 0.8 at ``alpha``, given each resetting run's chance
+    ``run_power`` (:func:`lib.ess.analysis.reset_run_power`) of passing its own tests; the stated
+    share; ceiling 1), its positive control (:func:`lib.ess.analysis.delimiter_test`'s tests on the
+    hard-reset model, ``reset_drops``), each run's detectable share of positive sequences, and each
+    arm's accuracy range (``accuracy``: arm → per replicate) at the length ``eval_length``."""
     acc = accuracy
     max_p_reset = max(v.max() for v in dt["p_positive"].values())
+    rp = run_power
     return Power(
         f"The unit is the training run: {share['n']} independent runs, each tested at {share['alpha_run']:.1e} "
-        f"(so that a chapter seed whose runs never reset passes with probability below {alpha:.1e}); the paper's "
-        f"finding is taken a priori as a share of {share['effect']:.1f} of runs that reset, and the rule (one "
-        f"run or more) detects a share of {share['detectable']:.2f} with probability 0.8. Positive control: "
-        f"the same per-run tests on the delimiter-trained GLA with a hard reset on the delimiter (mean entropy "
-        f"drop {reset_drops.mean():.2f}; largest p over runs and tests {max_p_reset:.1e}) must find a reset in "
-        f"every run. Each run's tests detect a mean drop of {dt['mde']['drop']:.2f}, a margin over the control "
-        f"of {dt['mde']['control']:.2f} and over linear attention of {dt['mde']['linear']:.2f} (probability 0.8, "
-        f"t approximation). All arms trained and measured at {eval_length} tokens for the same steps; accuracy "
+        f"by exact sign tests over its {dt['n_sequences']} test sequences (valid for skewed drops: a run passes "
+        f"a test only if the sequence's difference is positive in {dt['share_detectable']:.0%} of sequences or more "
+        f"with probability 0.8), so that a chapter seed whose runs never reset passes with probability below "
+        f"{alpha:.1e}. A run that resets as the {rp['basis']} runs here do (positive differences in "
+        + ", ".join(f"{v:.0%}" for v in rp["share"].values())
+        + f" of sequences for the drop, the margin over the control and over linear attention) passes all three "
+        f"with probability at least {rp['power']:.2f} (Bonferroni bound on the tests' exact powers; estimated from "
+        f"this run's own partial resets). The paper's finding is taken a priori as a share of "
+        f"{share['effect']:.1f} of runs that reset, and the rule (one run or more) detects a share of "
+        f"{share['detectable']:.2f} with probability 0.8 at that per-run power. Positive control: the same "
+        f"per-run tests on the delimiter-trained GLA with a hard reset on the delimiter (mean entropy drop "
+        f"{reset_drops.mean():.2f}, far larger than the partial resets; largest p over runs and tests "
+        f"{max_p_reset:.1e}). All arms trained and measured at {eval_length} tokens for the same steps; accuracy "
         f"{acc['delimited'].min():.2f}–{acc['delimited'].max():.2f} (GLA with delimiters), "
         f"{acc['control'].min():.2f}–{acc['control'].max():.2f} (control), "
         f"{acc['linear'].min():.2f}–{acc['linear'].max():.2f} (linear attention); a one-layer model on a "
         "synthetic delimited recall task stands in for the paper's language models.",
         detectable=share["detectable"], effect=share["effect"], ceiling=share["ceiling"],
         control=bool(dt["control_passes"]),
-        value={"reset_drop": float(reset_drops.mean()), "max_p_reset": float(max_p_reset), "mde": dt["mde"],
+        value={"reset_drop": float(reset_drops.mean()), "max_p_reset": float(max_p_reset),
+               "share_detectable_per_run": dt["share_detectable"], "run_power": rp["power"],
+               "run_power_per_test": rp["per_test"], "run_power_basis": rp["basis"],
                "k": share["k"], "n": share["n"], "alpha_run": share["alpha_run"],
                "resets": dt["resets"].tolist(), "resets_positive": dt["resets_positive"].tolist()})
 
@@ -270,49 +278,63 @@ def _level_text(test: dict, alpha: float, smallest: str) -> str:
 
 def gain_power(gain: dict, stalled: str, *, lam1: float, alpha: float) -> Power:
     """The power statement of the claim that the regulariser (weight ``lam1``) raises accuracy, paired by
-    seed: :func:`lib.ess.analysis.paired_gain_test`'s design (its detectable gain at ``alpha``, the
-    ceiling and the stated effect; unmatched where the seeds cannot reach ``alpha``) and which models
-    did not train (``stalled``, in words)."""
-    need = gain["seeds_needed"]
+    seed: :func:`lib.ess.analysis.paired_gain_test`'s design (the exact sign-flip test's detectable gain
+    at ``alpha`` and its power at the stated effect, for Normal differences of the observed spread; the
+    ceiling; unmatched where the seeds cannot reach ``alpha``) and which models did not train
+    (``stalled``, in words)."""
     return Power(
         f"{gain['n']} seeds, each trained without and with the regulariser (λ = {lam1:g}) from the same initial "
         f"weights on the same batches; the paper gives no number, so the gain is taken a priori as "
-        f"{gain['effect']:.2f} in accuracy (a tenth of the queries). Exact sign-flip test. The paired differences "
-        f"spread by {gain['sd']:.3f} (standard deviation): the test detects a mean gain of "
-        f"{gain['detectable']:.3f} with probability 0.8 at {alpha:.1e} (t approximation)"
-        + ("" if gain["detectable"] <= gain["effect"] else
-           (f" (about {need} seeds would reach the effect)" if need else " (no number of seeds would reach it)"))
-        + f"; accuracy cannot exceed 1, so the largest mean gain possible is {gain['ceiling']:.2f}. {stalled}."
+        f"{gain['effect']:.2f} in accuracy (a tenth of the queries). Exact sign-flip test"
+        + (f": with {gain['n']} seeds only {gain['n']} positive differences of {gain['n']} reach {alpha:.1e}, so its "
+           "power is the chance that every seed gains" if gain["all_positive_only"] else "")
+        + f". For Normal paired differences of the observed spread {gain['sd']:.3f} (standard deviation) it detects "
+        f"a mean gain of {gain['detectable']:.3f} with probability 0.8 at {alpha:.1e}, and the stated "
+        f"{gain['effect']:.2f} with probability {gain['power_at_effect']:.2f} (exact test, "
+        + ("closed form" if gain["all_positive_only"] else "simulated" if gain["n"] <= 32 else
+           "by the paired t-test's noncentral t, which it approaches at this many seeds")
+        + f"; the t approximation would say "
+        f"{gain['detectable_t']:.3f}); accuracy cannot exceed 1, so the largest mean gain possible is "
+        f"{gain['ceiling']:.2f}. {stalled}."
         + _level_text(gain, alpha, f"2^-{gain['n']} = {2.0 ** -gain['n']:.1e}"),
-        detectable=gain["detectable"], effect=gain["effect"], ceiling=gain["ceiling"], matched=gain["reachable"],
-        value={k: gain[k] for k in ("n", "sd", "se", "detectable", "ceiling", "effect", "seeds_needed", "reachable")})
+        detectable=gain["detectable"] if math.isfinite(gain["detectable"]) else None, effect=gain["effect"],
+        ceiling=gain["ceiling"], matched=gain["reachable"],
+        control=None if math.isfinite(gain["detectable"]) else False,
+        value={k: (gain[k] if not isinstance(gain[k], float) or math.isfinite(gain[k]) else None)
+               for k in ("n", "sd", "se", "detectable", "power_at_effect", "detectable_t", "ceiling", "effect",
+                         "reachable")})
 
 
-def tracking_power(track: dict, control: dict, *, alpha: float) -> Power:
-    """The power statement of the claim that the paired change in entropy-ESS goes with the paired gain
-    in accuracy: :func:`lib.ess.analysis.gain_tracking_test`'s design (its detectable correlation at
-    ``alpha``, the stated effect and the seeds that would reach it) and its negative control
-    ``control``, the same test on pairs of λ-free runs of different seeds: a rule that passes there
-    credits seed-to-seed variation, not the regulariser, so the design is unmatched; so is one whose
-    seeds cannot reach ``alpha``."""
-    ok = bool(track["reachable"] and not control["holds"])
+def tracking_power(track: dict, contrast: dict, *, alpha: float) -> Power:
+    """The power statement of the claim that the regulariser's gain goes through the entropy-ESS: an
+    intersection of :func:`lib.ess.analysis.gain_tracking_test` (the treatment pairs' changes
+    correlate) and :func:`lib.ess.analysis.correlation_contrast_test`'s ``contrast`` (more than the
+    λ-free control pairs' changes do). Its design is the contrast's, in Fisher-z units (detectable
+    difference at ``alpha`` against the stated effect: treatment at the tracking effect, control at 0),
+    the harder of the two; unmatched where the seeds cannot reach ``alpha``. The mediation reading
+    (the treatment's mean gain against the gain the control pairs' line predicts from its mean
+    ESS change) is reported beside it."""
+    c = contrast
     return Power(
-        f"{track['n']} seeds; the paper's account is taken a priori as a correlation of {track['effect']:.1f} "
-        f"between the paired changes (Cohen's large: a quarter of the gain's variance). Permutation test: with "
-        f"{track['n']} seeds it detects a correlation of {track['detectable']:.2f} with probability 0.8 at "
-        f"{alpha:.1e} (Fisher's z)"
-        + ("" if track["detectable"] <= track["effect"] else f"; {track['seeds_needed']} seeds would reach the effect")
-        + f". Negative control: the same test on {control['n']} pairs of runs without the regulariser that differ "
-          f"only in their seed (initial weights and batches) gives r = {control['r']:.2f}, p = {control['p']:.1e}"
-        + (": it passes, so the rule credits how training runs differ, not the regulariser." if control["holds"]
-           else ": it does not pass.")
-        + f" Beside the rule: the entropy-ESS changes by {track['measure_mean']:+.3f} on average (one-sided "
-          f"sign-flip p = {track['measure_p']:.1e} for a rise)."
+        f"{track['n']} treatment pairs (with/without the regulariser, same initial weights and batches) and "
+        f"{c['n_ctl']} control pairs (two λ-free runs of different seeds: initial weights and batches both differ, "
+        "since two λ-free runs that shared both would be the same run). The claim holds when the treatment pairs' "
+        f"changes correlate (permutation test, r = {track['r']:.2f}, p = {track['p']:.1e}) and correlate more than "
+        f"the control pairs' (r = {c['r_ctl']:.2f}): the difference r_T − r_C = {c['diff']:+.2f} by a permutation test "
+        f"that reassigns pairs between the groups (p = {c['p']:.1e}; valid if the pairs of both groups are "
+        f"exchangeable under the null). The paper's account is taken a priori as a treatment correlation of "
+        f"{track['effect']:.1f} against none in the control, {c['effect']:.2f} in Fisher z; the contrast detects "
+        f"a difference of {c['detectable']:.2f} in Fisher z with probability 0.8 at {alpha:.1e}, "
+        + ("within" if c["detectable"] <= c["effect"] else "beyond")
+        + f" that effect (observed {c['z_diff']:+.2f}). Mediation, beside the rule: the control pairs' line of gain "
+        f"on ESS change predicts a gain of {c['predicted']:+.3f} at the treatment's mean ESS change "
+        f"({track['measure_mean']:+.3f}; sign-flip p = {track['measure_p']:.1e} for a rise), against its mean gain "
+        f"{c['mean_treat']:+.3f} (residual {c['residual']:+.3f}: near 0 if the ESS change accounts for the gain)."
         + _level_text(track, alpha, f"1/{track['n']}! = {1.0 / math.factorial(track['n']):.1e}"),
-        detectable=track["detectable"], effect=track["effect"], ceiling=track["ceiling"], matched=ok,
-        value={k: track[k] for k in ("n", "detectable", "effect", "seeds_needed", "measure_mean", "measure_p",
-                                     "reachable")} | {"control_r": control["r"], "control_p": control["p"],
-                                                      "control_holds": control["holds"]})
+        detectable=c["detectable"], effect=c["effect"], ceiling=None, matched=bool(track["reachable"]),
+        value={k: track[k] for k in ("n", "r", "p", "measure_mean", "measure_p", "reachable")}
+        | {f"contrast_{k}": c[k] for k in ("r_ctl", "diff", "z_diff", "p", "detectable", "effect", "predicted",
+                                          "mean_treat", "residual")})
 
 
 def control_pairs(df: pd.DataFrame, control: pd.DataFrame, lam0: float, offset: int) -> pd.DataFrame:
