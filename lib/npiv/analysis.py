@@ -722,12 +722,12 @@ class RestartCheck:
     @property
     def mean(self) -> float:
         """The mean deviation over every restart."""
-        return float(self.dev.mean())
+        return S.mean_se(self.dev.ravel())[0]
 
     @property
     def se(self) -> float:
-        """The standard error of :attr:`mean` over restarts."""
-        return float(self.dev.std(ddof=1) / np.sqrt(self.dev.size))
+        """The standard error of :attr:`mean` over restarts (:func:`lib.stats.mean_se`)."""
+        return S.mean_se(self.dev.ravel())[1]
 
     @property
     def best(self) -> float:
