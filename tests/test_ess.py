@@ -816,10 +816,18 @@ def test_accuracy_power_states_the_design_and_detects_only_within_it():
     assert p.statement.startswith("54 models of 3 families (softmax, linear, gla); left out of the statistic and "
                                   "of its ceiling alike as saturated")
     assert "Against the capped TSS/κ: bootstrap standard error 0.100, detectable gap 0.30" in p.statement
-    assert "short of the paper's" in p.statement and p.statement.endswith(" Pooled.")
+    assert "short of the paper's" in p.statement and " Pooled. The ceiling, not the seeds," in p.statement
+    # below the effect, the ceiling is what seeds cannot change: said, and seeds_needed withdrawn for that rival
+    assert "correlate at most 0.955" in p.statement and "No profile this CPU reaches" in p.statement
+    assert p.value["cap"]["seeds_needed"] is None and p.value["tss"]["seeds_needed"] == 6
+    weak["per_rival"]["cap"]["rho_ab"] = {"softmax": 0.5, "linear": 0.991, "gla": 0.987}
+    weak["kept"] = ["linear", "gla"]
+    p = accuracy_power(weak, names, n_layers=1, steps=200, **kw)
+    assert "(here: the capped TSS/κ linear 0.991, gla 0.987)" in p.statement
     strong = {**weak, "saturated": [], "detectable": 0.2, "ceiling": 0.6}
     p = accuracy_power(strong, names, n_layers=2, steps=2000, **kw)
     assert p.detects and "saturated" not in p.statement and "the paper's regime" in p.statement
+    assert p.statement.endswith(" Pooled.")
     none = {"defined": False, "saturated": [], "per_rival": {"tss": {"design": {"defined": False, "se": None,
                                                                                 "detectable": None, "ceiling": None,
                                                                                 "seeds_needed": None}}}}
@@ -861,8 +869,9 @@ def test_delimiter_reading_names_the_tests_some_seed_misses():
         "not every seed resolves its own drop and the margin over linear attention")
 
 
-def test_delimiter_power_is_the_share_of_runs_with_the_hard_reset_as_control():
-    from lib.ess.analysis import delimiter_test, reset_run_power, run_share_test
+def test_delimiter_power_is_the_share_of_runs_with_an_a_priori_run_power_and_both_controls():
+    from lib.ess.analysis import (delimiter_negative_control, delimiter_test, design_run_power, reset_run_power,
+                                  run_share_test)
     from lib.ess.report import delimiter_power
 
     rng = np.random.default_rng(1)
@@ -871,16 +880,78 @@ def test_delimiter_power_is_the_share_of_runs_with_the_hard_reset_as_control():
     reset = 2.0 + noise
     acc = {arm: np.array([0.5, 0.6, 0.7]) for arm in ("delimited", "control", "linear")}
     dt = delimiter_test(0.5 + noise, {"control": flat, "linear": flat}, reset, 1e-3 / 3)
-    rp = reset_run_power(dt, 1e-3 / 3)
-    assert rp["basis"] == "resetting" and 0.99 < rp["power"] <= 1.0
+    rp = design_run_power(0.95, 30, 1e-3 / 3, 3)
+    seen = reset_run_power(dt, 1e-3 / 3)
     share = run_share_test(dt["resets"], 1e-3, run_power=rp["power"])
-    p = delimiter_power(dt, share, rp, reset, acc, alpha=1e-3, eval_length=50)
-    assert p.control is True and p.detects and p.detectable == pytest.approx((1 - 0.2 ** (1 / 3)) / rp["power"])
+    neg = delimiter_negative_control(flat, {"control": flat[::-1]}, 1e-3 / 3, 1e-3)
+    assert not neg["holds"] and neg["k"] == 0
+    negative = {"statement": "linear attention", "value": neg["k"], "holds": neg["holds"]}
+    p = delimiter_power(dt, share, rp, reset, acc, alpha=1e-3, eval_length=50, negative=negative, observed=seen)
+    assert p.control is True and p.matched and p.detects
+    assert p.detectable == pytest.approx((1 - 0.2 ** (1 / 3)) / rp["power"])
+    assert p.value["run_power"] == rp["power"] and p.value["run_power_basis"] == "a priori"
+    assert p.value["negative_control"] == negative and "it fails, as it must" in p.statement
     assert f"mean entropy drop {reset.mean():.2f}" in p.statement and "measured at 50 tokens" in p.statement
     assert p.value["k"] == 3 and p.value["resets"] == [True, True, True]
     # the hard reset not found on some run: the positive control fails and the design detects nothing
-    p = delimiter_power({**dt, "control_passes": False}, share, rp, reset, acc, alpha=1e-3, eval_length=50)
+    p = delimiter_power({**dt, "control_passes": False}, share, rp, reset, acc, alpha=1e-3, eval_length=50,
+                        negative=negative)
     assert p.control is False and not p.detects
+    # a negative control that passes the rule: the comparison is unmatched, the design detects nothing
+    p = delimiter_power(dt, share, rp, reset, acc, alpha=1e-3, eval_length=50, negative={**negative, "holds": True})
+    assert not p.matched and not p.detects and "unmatched" in p.statement
+
+
+def test_design_run_power_is_fixed_by_the_stated_share_not_by_the_runs():
+    from scipy import stats
+
+    from lib.ess.analysis import design_run_power, sign_test_power
+
+    a = 2.5e-4 / 3
+    d = design_run_power(0.95, 32, a, 3)
+    # 27 of 32 is the smallest count below the level: the power is P(Bin(32, 0.95) ≥ 27)
+    assert stats.binom.sf(26, 32, 0.5) < a <= stats.binom.sf(25, 32, 0.5)
+    assert d["per_test"] == pytest.approx(stats.binom.sf(26, 32, 0.95))
+    assert d["power"] == pytest.approx(1 - 3 * (1 - d["per_test"]))
+    assert d["share_detectable"] < 0.95 and d["detects"] and d["ceiling"] == 1.0
+    # a stated share below the detectable one: the per-run rule cannot see it
+    low = design_run_power(0.8, 32, a, 3)
+    assert not low["detects"] and low["power"] == 0.0 and sign_test_power(0.8, 32, a) < 0.8
+    # simulation agrees with the exact power of one test
+    rng = np.random.default_rng(3)
+    hits = (rng.random((20000, 32)) < 0.95).sum(axis=1) >= 27
+    assert abs(hits.mean() - d["per_test"]) < 4 * np.sqrt(d["per_test"] * (1 - d["per_test"]) / 20000)
+
+
+def test_delimiter_negative_control_fails_without_a_reset_and_passes_with_one():
+    from lib.ess.analysis import delimiter_negative_control
+
+    rng = np.random.default_rng(4)
+    ctl = rng.normal(size=(3, 32))
+    # a model whose drop is negative in most sequences (like linear attention): the rule fails
+    neg = delimiter_negative_control(rng.normal(-0.5, 0.3, size=(3, 32)), {"control": ctl}, 1e-4, 3e-4)
+    assert not neg["holds"] and neg["k"] == 0 and all(v.max() < 0.5 for v in [neg["positive_share"]["drop"]])
+    # one that drops in every sequence by more than the control: the same rule passes (it can fail or pass)
+    pos = delimiter_negative_control(ctl + 5.0, {"control": ctl - 1.0}, 1e-4, 3e-4)
+    assert pos["holds"] and pos["k"] == 3
+
+
+def test_origin_mediation_reads_zero_when_the_control_line_accounts_for_the_gain():
+    from lib.ess.analysis import origin_mediation
+
+    rng = np.random.default_rng(5)
+    xc = rng.normal(size=40)
+    yc = 0.5 * xc + rng.normal(scale=0.05, size=40)
+    xt = rng.normal(0.3, 1.0, size=40)
+    med = origin_mediation(xt, 0.5 * xt + rng.normal(scale=0.05, size=40), xc, yc, rng)
+    assert med["slope"] == pytest.approx(0.5, abs=0.05) and med["low"] < 0 < med["high"] and not med["excludes_zero"]
+    assert med["predicted"] + med["residual"] == pytest.approx(med["gain"])
+    # a gain the ESS change does not carry: the control line is flat, the residual is the whole gain
+    med = origin_mediation(xt, 0.2 + rng.normal(scale=0.05, size=40), xc, rng.normal(scale=0.05, size=40), rng)
+    assert med["excludes_zero"] and med["low"] < med["gain"] < med["high"] and not med["excludes_gain"]
+    # through the origin: a control line with an intercept-like offset does not shift the prediction at x = 0
+    med = origin_mediation(np.zeros(5) + 1e-9, np.full(5, 0.1), xc, yc + 0.0, rng)
+    assert abs(med["predicted"]) < 1e-6
 
 
 def test_the_chapters_figures_draw_every_model():
@@ -1081,19 +1152,34 @@ def test_gain_tracking_test_by_hand_and_its_design():
 
 
 def test_tracking_power_is_the_contrast_with_the_control():
-    from lib.ess.report import tracking_power
+    from lib.ess.report import contrast_pairs_needed, tracking_power
 
     track = {"n": 20, "r": 0.6, "p": 1e-4, "holds": True, "detectable": 0.45, "effect": 0.5, "ceiling": 1.0,
              "seeds_needed": 17, "measure_mean": 0.1, "measure_p": 0.01, "reachable": True, "n_level": 8}
     con = {"r_ctl": 0.1, "diff": 0.5, "z_diff": 0.59, "p": 1e-3, "detectable": 1.48, "effect": 0.549,
-           "n_ctl": 20, "predicted": 0.01, "mean_treat": 0.05, "residual": 0.04}
-    p = tracking_power(track, con, alpha=2.5e-4)
+           "n_ctl": 20}
+    med = {"slope": 0.2, "predicted": 0.01, "gain": 0.05, "residual": 0.04, "low": -0.02, "high": 0.09,
+           "level": 0.95, "excludes_zero": False, "excludes_gain": False}
+    p = tracking_power(track, con, med, alpha=2.5e-4)
     # the contrast's detectable difference exceeds the effect: the design detects nothing
     assert p.matched and not p.detects and "beyond that effect" in p.statement
-    assert "residual +0.040" in p.statement and "r_T − r_C = +0.50" in p.statement
-    p = tracking_power(track, {**con, "detectable": 0.5}, alpha=2.5e-4)
+    assert "residual is +0.040 (95% bootstrap interval [-0.020, +0.090]" in p.statement
+    assert "holds both 0 and the whole gain" in p.statement and "r_T − r_C = +0.50" in p.statement
+    # the referee's figure: about 127 pairs per group at 2.5e-4 for atanh(0.5), a lower bound
+    need = contrast_pairs_needed(2.5e-4, 0.549)
+    assert 120 <= need <= 130 and p.value["pairs_needed_at_least"] == need and f"at least {need}" in p.statement
+    assert "no profile this CPU reaches" not in p.statement
+    p = tracking_power(track, con, med, alpha=2.5e-4, max_pairs=68)
+    assert "no profile this CPU reaches decides the claim (the largest, paper, trains 68 pairs" in p.statement
+    assert "no profile" not in tracking_power(track, con, med, alpha=2.5e-4, max_pairs=need).statement
+    from scipy import stats
+    z = stats.norm.isf(2.5e-4) + stats.norm.ppf(0.8)
+    assert z * np.sqrt(2 / (need - 3)) <= 0.549 < z * np.sqrt(2 / (need - 4))
+    p = tracking_power(track, {**con, "detectable": 0.5}, med, alpha=2.5e-4)
     assert p.detects and "within that effect" in p.statement
-    p = tracking_power({**track, "n": 6, "reachable": False}, con, alpha=2.5e-4)
+    p = tracking_power(track, con, {**med, "low": 0.01, "excludes_zero": True}, alpha=2.5e-4)
+    assert "against the paper's account" in p.statement
+    p = tracking_power({**track, "n": 6, "reachable": False}, con, med, alpha=2.5e-4)
     assert not p.matched and "1/6! = 1.4e-03" in p.statement and "(8 seeds reach the level)" in p.statement
 
 
@@ -1228,3 +1314,36 @@ def test_interior_cap_share_reads_the_profile_away_from_the_ends():
     with warnings.catch_warnings():  # too short for an interior (a quick run): NaN, quietly
         warnings.simplefilter("error")
         assert np.isnan(interior_cap_share([profile[:8]], 2))
+
+
+@pytest.mark.slow
+def test_within_family_bootstrap_rejects_at_most_at_its_level_under_the_null():
+    """The ranking-gap test (share of stratified bootstrap resamples with mean gap ≤ 0, below a level)
+    simulated under its null: two predictors equally good within each family, so ρ_a − ρ_b has mean
+    0. Its false-alarm rate at 0.05 and 0.01 stays within three binomial standard errors of the
+    level, both for exchangeable predictors and for configurations tied in b (b = d_k/κ, a = b with
+    noise), and the same test detects a predictor that is better."""
+    from lib.ess.analysis import within_family_spearman
+
+    rng = np.random.default_rng(11)
+    fam = np.repeat(["A", "B"], 8)
+    cfg = np.tile(np.repeat([0.25, 0.5, 1.0, 2.0], 2), 2)
+    n_data, levels = 600, (0.05, 0.01)
+
+    def draws(kind):
+        if kind == "exchangeable":
+            z = rng.normal(size=16)
+            return z + rng.normal(size=16), z + rng.normal(size=16), z + rng.normal(size=16)
+        if kind == "tied":
+            return cfg * (1 + 0.1 * rng.normal(size=16)), cfg, 0.5 * np.log(cfg) + rng.normal(size=16)
+        z = rng.normal(size=16)    # better: a is the signal itself, b unrelated to it
+        return z, rng.normal(size=16), z + 0.3 * rng.normal(size=16)
+
+    for kind in ("exchangeable", "tied"):
+        p = np.array([within_family_spearman(*draws(kind), fam, rng, n_boot=1000)["p_not_better"]
+                      for _ in range(n_data)])
+        for level in levels:
+            assert (p < level).mean() <= level + 3 * np.sqrt(level * (1 - level) / n_data), (kind, level)
+    p = np.array([within_family_spearman(*draws("better"), fam, rng, n_boot=1000)["p_not_better"]
+                  for _ in range(100)])
+    assert (p < 0.01).mean() > 0.6

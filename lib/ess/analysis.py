@@ -13,6 +13,7 @@ __all__ = ["FAR_BETTER_GAP", "SATURATED_ACCURACY", "REGULARISER_GAIN", "TRACKING
            "attainable_gap", "rival_ceiling", "ranked_families", "capped_tss", "delimiter_test", "detectable_gap",
            "did_not_train", "gap_design", "paired_gain_test", "gain_tracking_test", "sign_flip_p",
            "sign_test_p", "sign_test_power", "sign_test_detectable", "intersection_power", "reset_run_power",
+           "RESET_SEQUENCE_SHARE", "design_run_power", "delimiter_negative_control", "origin_mediation",
            "sign_flip_power", "sign_flip_detectable", "correlation_contrast_test", "exact_gain_design",
            "permutation_correlation_p", "rival_comparison", "run_share_test", "spearman", "spearman_rows",
            "spearman_gap_bootstrap", "within_family_spearman"]
@@ -50,6 +51,16 @@ TRACKING_CORRELATION = 0.5
 #: independent training runs whose own tests resolve a reset): fixed a priori at one half (a behaviour
 #: that a typical training run shows), independent of any run of this chapter.
 RESET_SHARE = 0.5
+
+#: The share of a resetting run's test sequences in which its reset shows (each per-run test's
+#: difference positive) that this chapter takes as the paper's "state modulation" at delimiters, on
+#: the scale of the per-run sign tests' statistic. The paper describes the drop as a regular feature
+#: of the ESS profile at end-of-sequence tokens, seen at the delimiters of the text, not at some of
+#: them; a model that resets is therefore taken to show it in nearly every sequence, fixed a priori at
+#: 19 sequences in 20. It sets the per-run power of the delimiter claim (:func:`design_run_power`)
+#: and does not depend on any run of this chapter (the shares the runs show are selected by the
+#: tests themselves, so they cannot set it).
+RESET_SEQUENCE_SHARE = 0.95
 
 
 def capped_tss(tss, start: int = 1) -> float:
@@ -393,6 +404,71 @@ def reset_run_power(dt: dict, alpha: float) -> dict:
     q = {k: float(v[runs].mean()) for k, v in dt["positive_share"].items()}
     per_test = {k: sign_test_power(v, dt["n_sequences"], alpha) for k, v in q.items()}
     return {"share": q, "per_test": per_test, "power": intersection_power(per_test.values()), "basis": basis}
+
+
+def design_run_power(q: float, n_sequences: int, alpha: float, n_tests: int, power: float = 0.8) -> dict:
+    """The per-run power of :func:`delimiter_test`'s rule fixed in advance from the design: each of its
+    ``n_tests`` exact sign tests at ``alpha`` over ``n_sequences`` sequences, when a resetting run's
+    difference is positive in a share ``q`` of sequences (stated a priori, e.g.
+    :data:`RESET_SEQUENCE_SHARE`). ``per_test``: the exact power :func:`sign_test_power`; ``power``:
+    the intersection's Bonferroni lower bound (:func:`intersection_power`); ``share_detectable``: the
+    smallest share each test detects with probability ``power`` (:func:`sign_test_detectable`);
+    ``ceiling`` 1 (a share cannot exceed it); ``detects``: share_detectable ≤ q ≤ 1."""
+    if not (0 < q <= 1 and n_tests >= 1):
+        raise ValueError("need 0 < q ≤ 1 and one test or more")
+    per = sign_test_power(q, n_sequences, alpha)
+    detectable = sign_test_detectable(n_sequences, alpha, power)
+    return {"share": float(q), "per_test": per, "power": intersection_power([per] * n_tests),
+            "share_detectable": detectable, "ceiling": 1.0, "detects": bool(detectable <= q <= 1.0),
+            "n_sequences": int(n_sequences), "n_tests": int(n_tests), "basis": "a priori"}
+
+
+def delimiter_negative_control(drops: np.ndarray, comparisons: dict, alpha_run: float, alpha: float) -> dict:
+    """The delimiter claim's rule applied to a model that cannot reset (the negative control): per run,
+    the one-sided exact sign tests (:func:`sign_test_p`) of its own drop and of its drop minus each
+    comparison's, at ``alpha_run``; a run "resets" when all reject; the count against
+    Binomial(runs, alpha / runs) (:func:`run_share_test`) at ``alpha``. ``holds`` is the rule's outcome,
+    which must be False for the control to fail. Also each test's p-values and shares of positive
+    differences per run."""
+    drops = np.asarray(drops, dtype=float)
+    comps = {k: np.asarray(v, dtype=float) for k, v in comparisons.items()}
+    if drops.ndim != 2 or any(v.shape != drops.shape for v in comps.values()):
+        raise ValueError("drops and every comparison must be (runs, sequences) arrays of one shape")
+    diffs = {"drop": drops, **{k: drops - v for k, v in comps.items()}}
+    p = {k: np.array([sign_test_p(row) for row in v]) for k, v in diffs.items()}
+    resets = np.all([v < alpha_run for v in p.values()], axis=0)
+    share = run_share_test(resets, alpha)
+    return {"p": p, "positive_share": {k: (v > 0).mean(axis=1) for k, v in diffs.items()},
+            "resets": resets, "k": share["k"], "n": share["n"], "p_share": share["p"], "holds": share["holds"]}
+
+
+def origin_mediation(x_treat, y_treat, x_ctl, y_ctl, rng: np.random.Generator, n_boot: int = 4000,
+                     level: float = 0.95) -> dict:
+    """The mediation reading of the regulariser's gain: the control pairs' least-squares line of y
+    (accuracy change) on x (ESS change) *through the origin* (a control pair is the difference of two
+    runs drawn alike, so its expected change is 0 at x = 0 by symmetry, and fitting an intercept only
+    adds noise), slope b = Σxy/Σx²; it predicts the treatment's mean gain from its mean ESS change,
+    ``predicted`` = b·mean x_T; ``residual`` = mean y_T − predicted, near 0 if the ESS change accounts
+    for the gain, near the gain itself if it accounts for none. A percentile bootstrap interval at
+    ``level`` (``low``, ``high``), resampling the pairs of each group independently (``n_boot`` draws
+    from ``rng``). Descriptive: no claim's rule."""
+    xt, yt, xc, yc = (np.asarray(v, dtype=float) for v in (x_treat, y_treat, x_ctl, y_ctl))
+    if xt.shape != yt.shape or xc.shape != yc.shape or xt.ndim != 1 or xc.ndim != 1 or min(xt.size, xc.size) < 2:
+        raise ValueError("each group needs 1-d x and y of one length, two pairs or more")
+
+    def residual(it, ic):
+        sxx = (xc[ic] ** 2).sum(axis=-1)
+        slope = np.divide((xc[ic] * yc[ic]).sum(axis=-1), sxx, out=np.zeros(np.shape(sxx)), where=sxx > 0)
+        return yt[it].mean(axis=-1) - slope * xt[it].mean(axis=-1), slope
+
+    obs, slope = residual(np.arange(xt.size), np.arange(xc.size))
+    boot, _ = residual(rng.integers(0, xt.size, (n_boot, xt.size)), rng.integers(0, xc.size, (n_boot, xc.size)))
+    tail = (1 - level) / 2
+    low, high = np.quantile(boot, [tail, 1 - tail])
+    gain = float(yt.mean())
+    return {"slope": float(slope), "predicted": float(gain - obs), "gain": gain, "residual": float(obs),
+            "low": float(low), "high": float(high), "level": level,
+            "excludes_zero": bool(low > 0 or high < 0), "excludes_gain": bool(low > gain or high < gain)}
 
 
 def did_not_train(accuracy, chance: float, factor: float = 2.0) -> np.ndarray:

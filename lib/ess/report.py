@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 from lib.claims import Power
 from lib.ess.analysis import FAR_BETTER_GAP, SATURATED_ACCURACY
@@ -139,6 +140,29 @@ def rival_text(cmp: dict, names: dict) -> str:
     return "; ".join(parts)
 
 
+#: The largest correlation between ESS/κ and a rival within a family at which the family's ceiling
+#: √(2(1 − ρ)) reaches the stated effect (:func:`lib.ess.analysis.rival_ceiling`).
+CEILING_RHO = 1.0 - FAR_BETTER_GAP ** 2 / 2
+
+
+def undecidable_text(cmp: dict, names: dict) -> str:
+    """Where the ceiling lies below the stated effect: why no number of seeds decides the claim, and
+    what design would (ESS/κ and the rival parting within a family); empty otherwise."""
+    if not cmp.get("defined") or cmp["ceiling"] >= FAR_BETTER_GAP:
+        return ""
+    rhos = "; ".join(f"{names[k]} " + ", ".join(f"{f} {v:.3f}" for f, v in r["rho_ab"].items()
+                                                      if f in cmp.get("kept", r["rho_ab"]) and np.isfinite(v))
+                     for k, r in cmp["per_rival"].items() if isinstance(r.get("rho_ab"), dict))
+    return (f" The ceiling, not the seeds, keeps this claim from being decided: more seeds narrow the bootstrap "
+            f"but cannot raise a ceiling set by how alike ESS/κ and the rival rank the models, and a family's "
+            f"ceiling reaches {FAR_BETTER_GAP:.2f} only where they correlate at most {CEILING_RHO:.3f}"
+            + (f" (here: {rhos})" if rhos else "")
+            + ". No profile this CPU reaches parts them (the paper profile's wider grid of widths and κ did not); "
+              "what would decide the claim is a design where ESS/κ and TSS/κ part within a family, such as deeper "
+              "models trained to convergence on tasks hard enough for gated models to collapse (ESS ≪ TSS), as the "
+              "paper reports.")
+
+
 def accuracy_power(cmp: dict, names: dict, *, families, n_models: int, alpha: float, n_layers: int,
                    steps: int, pooled: str) -> Power:
     """The power statement of the claim that ESS/κ ranks accuracy better than every rival (``names``:
@@ -168,8 +192,12 @@ def accuracy_power(cmp: dict, names: dict, *, families, n_models: int, alpha: fl
            "convergence)." if paper_regime else
            f"{n_layers}-layer models trained {steps} steps, short of the paper's regime (two layers or more, "
            "trained to convergence; the CPU budget sets the steps).")
-        + " " + pooled)
+        + " " + pooled + undecidable_text(cmp, names))
     value = {k: {kk: d[kk] for kk in ("se", "detectable", "ceiling", "seeds_needed")} for k, d in designs.items()}
+    for k, d in designs.items():  # more seeds cannot raise a ceiling set by how alike ESS/κ and the rival rank
+        if d.get("ceiling") is not None and d["ceiling"] < FAR_BETTER_GAP:
+            value[k]["seeds_needed"] = None
+        value[k]["ceiling_needs_rho_at_most"] = CEILING_RHO
     if cmp["defined"]:
         return Power(statement, detectable=cmp["detectable"], effect=FAR_BETTER_GAP, ceiling=cmp["ceiling"],
                      value=value)
@@ -221,43 +249,56 @@ def delimiter_reading(p: dict, alpha: float) -> str:
 
 
 def delimiter_power(dt: dict, share: dict, run_power: dict, reset_drops: np.ndarray, accuracy: dict, *,
-                    alpha: float, eval_length: int) -> Power:
+                    alpha: float, eval_length: int, negative: dict, observed: dict | None = None) -> Power:
     """The power statement of the delimiter claim, the training run as the unit: the design of
     :func:`lib.ess.analysis.run_share_test`'s result ``share`` (the smallest share of resetting runs
     its rule detects with probability 0.8 at ``alpha``, given each resetting run's chance
-    ``run_power`` (:func:`lib.ess.analysis.reset_run_power`) of passing its own tests; the stated
-    share; ceiling 1), its positive control (:func:`lib.ess.analysis.delimiter_test`'s tests on the
-    hard-reset model, ``reset_drops``), each run's detectable share of positive sequences, and each
-    arm's accuracy range (``accuracy``: arm → per replicate) at the length ``eval_length``."""
+    ``run_power`` of passing its own tests, fixed a priori by :func:`lib.ess.analysis.design_run_power`;
+    the stated share; ceiling 1), its positive control (:func:`lib.ess.analysis.delimiter_test`'s tests
+    on the hard-reset model, ``reset_drops``), its negative control ``negative`` ({statement, value,
+    holds}: the same rule on linear attention, which cannot reset; the comparison is unmatched if it
+    passes), the shares the resetting runs showed (``observed``, :func:`lib.ess.analysis.reset_run_power`;
+    descriptive, selected by the tests), and each arm's accuracy range (``accuracy``: arm → per
+    replicate) at the length ``eval_length``."""
     acc = accuracy
     max_p_reset = max(v.max() for v in dt["p_positive"].values())
     rp = run_power
+    seen = ("" if observed is None else
+            f" (The {observed['basis']} runs here show positive differences in "
+            + ", ".join(f"{v:.0%}" for v in observed["share"].values())
+            + " of sequences; shares of runs the tests selected, so they do not set the power.)")
     return Power(
         f"The unit is the training run: {share['n']} independent runs, each tested at {share['alpha_run']:.1e} "
-        f"by exact sign tests over its {dt['n_sequences']} test sequences (valid for skewed drops: a run passes "
-        f"a test only if the sequence's difference is positive in {dt['share_detectable']:.0%} of sequences or more "
-        f"with probability 0.8), so that a chapter seed whose runs never reset passes with probability below "
-        f"{alpha:.1e}. A run that resets as the {rp['basis']} runs here do (positive differences in "
-        + ", ".join(f"{v:.0%}" for v in rp["share"].values())
-        + f" of sequences for the drop, the margin over the control and over linear attention) passes all three "
-        f"with probability at least {rp['power']:.2f} (Bonferroni bound on the tests' exact powers; estimated from "
-        f"this run's own partial resets). The paper's finding is taken a priori as a share of "
-        f"{share['effect']:.1f} of runs that reset, and the rule (one run or more) detects a share of "
-        f"{share['detectable']:.2f} with probability 0.8 at that per-run power. Positive control: the same "
-        f"per-run tests on the delimiter-trained GLA with a hard reset on the delimiter (mean entropy drop "
-        f"{reset_drops.mean():.2f}, far larger than the partial resets; largest p over runs and tests "
-        f"{max_p_reset:.1e}). All arms trained and measured at {eval_length} tokens for the same steps; accuracy "
+        f"by exact sign tests over its {dt['n_sequences']} test sequences (valid for skewed drops), so that a "
+        f"chapter seed whose runs never reset passes with probability below {alpha:.1e}. Per run, fixed a priori: "
+        f"the paper describes the drop as a regular feature at delimiters, so a run that resets is taken to show "
+        f"a positive difference in a share {rp['share']:.2f} of its sequences for each of the {rp['n_tests']} tests "
+        f"(the drop, the margin over the control and over linear attention). Each test then rejects with "
+        f"probability {rp['per_test']:.3f} (exact binomial power) and all {rp['n_tests']} with probability at least "
+        f"{rp['power']:.3f} (Bonferroni); a test detects a share of {rp['share_detectable']:.2f} with probability "
+        f"0.8, below the stated {rp['share']:.2f} and the ceiling 1.{seen} The paper's finding is taken a priori "
+        f"as a share of {share['effect']:.1f} of runs that reset, and the rule (one run or more) detects a share of "
+        f"{share['detectable']:.2f} with probability 0.8 at that per-run power, against the ceiling 1. Positive "
+        f"control: the same per-run tests on the delimiter-trained GLA with a hard reset on the delimiter (mean "
+        f"entropy drop {reset_drops.mean():.2f}; largest p over runs and tests {max_p_reset:.1e}). Negative "
+        f"control, by the claim's own rule: {negative['statement']}: "
+        + ("it passes, so the rule does not single out a model that can reset (unmatched)" if negative["holds"]
+           else "it fails, as it must")
+        + f". All arms trained and measured at {eval_length} tokens for the same steps; accuracy "
         f"{acc['delimited'].min():.2f}–{acc['delimited'].max():.2f} (GLA with delimiters), "
         f"{acc['control'].min():.2f}–{acc['control'].max():.2f} (control), "
         f"{acc['linear'].min():.2f}–{acc['linear'].max():.2f} (linear attention); a one-layer model on a "
         "synthetic delimited recall task stands in for the paper's language models.",
         detectable=share["detectable"], effect=share["effect"], ceiling=share["ceiling"],
-        control=bool(dt["control_passes"]),
+        control=bool(dt["control_passes"]), matched=not negative["holds"],
         value={"reset_drop": float(reset_drops.mean()), "max_p_reset": float(max_p_reset),
-               "share_detectable_per_run": dt["share_detectable"], "run_power": rp["power"],
+               "share_detectable_per_run": rp["share_detectable"], "sequence_share_effect": rp["share"],
+               "sequence_share_ceiling": rp["ceiling"], "run_power": rp["power"],
                "run_power_per_test": rp["per_test"], "run_power_basis": rp["basis"],
+               "observed_shares": None if observed is None else observed["share"],
                "k": share["k"], "n": share["n"], "alpha_run": share["alpha_run"],
-               "resets": dt["resets"].tolist(), "resets_positive": dt["resets_positive"].tolist()})
+               "resets": dt["resets"].tolist(), "resets_positive": dt["resets_positive"].tolist(),
+               "negative_control": negative})
 
 
 def stalled_text(stalled: dict, n_seeds: int, chance: float) -> str:
@@ -305,16 +346,42 @@ def gain_power(gain: dict, stalled: str, *, lam1: float, alpha: float) -> Power:
                          "reachable")})
 
 
-def tracking_power(track: dict, contrast: dict, *, alpha: float) -> Power:
+def contrast_pairs_needed(alpha: float, effect: float, power: float = 0.8) -> int:
+    """The pairs per group at which the Fisher-z formula for a difference of two correlations,
+    (z_{1−α} + z_power)·√(2/(n − 3)), comes down to ``effect`` (Fisher z): a lower bound on what the
+    permutation contrast needs, since the formula overstates that test's power (it assumes a test at
+    its nominal level, and the permutation contrast is conservative where the groups' spreads differ)."""
+    z = float(stats.norm.isf(alpha) + stats.norm.ppf(power))
+    return int(math.ceil(2 * (z / effect) ** 2 + 3))
+
+
+def mediation_text(med: dict) -> str:
+    """The mediation reading (:func:`lib.ess.analysis.origin_mediation`'s ``med``) in words: the residual
+    with its interval, and whether it tells an ESS that carries the gain (residual 0) from one that
+    carries none (residual = the gain)."""
+    where = ("excludes both 0 and the whole gain: the ESS change accounts for part of the gain"
+             if med["excludes_zero"] and med["excludes_gain"] else
+             "excludes 0 but not the whole gain: against the paper's account, the ESS change does not account for "
+             "the gain" if med["excludes_zero"] else
+             "excludes the whole gain but not 0: consistent with the paper's account that the ESS change carries "
+             "the gain" if med["excludes_gain"] else
+             "holds both 0 and the whole gain: this run cannot tell whether the ESS change carries the gain")
+    return (f"the residual is {med['residual']:+.3f} ({med['level']:.0%} bootstrap interval "
+            f"[{med['low']:+.3f}, {med['high']:+.3f}], pairs resampled within each group), an interval that {where}")
+
+
+def tracking_power(track: dict, contrast: dict, med: dict, *, alpha: float, max_pairs: int | None = None) -> Power:
     """The power statement of the claim that the regulariser's gain goes through the entropy-ESS: an
     intersection of :func:`lib.ess.analysis.gain_tracking_test` (the treatment pairs' changes
     correlate) and :func:`lib.ess.analysis.correlation_contrast_test`'s ``contrast`` (more than the
     λ-free control pairs' changes do). Its design is the contrast's, in Fisher-z units (detectable
     difference at ``alpha`` against the stated effect: treatment at the tracking effect, control at 0),
-    the harder of the two; unmatched where the seeds cannot reach ``alpha``. The mediation reading
-    (the treatment's mean gain against the gain the control pairs' line predicts from its mean
-    ESS change) is reported beside it."""
+    the harder of the two; unmatched where the seeds cannot reach ``alpha``; the pairs per group the
+    Fisher-z formula asks for (:func:`contrast_pairs_needed`, a lower bound), set beside ``max_pairs``, the
+    most pairs per group any profile trains (the paper profile's). The mediation reading
+    ``med`` (:func:`lib.ess.analysis.origin_mediation`) is reported beside it."""
     c = contrast
+    need = contrast_pairs_needed(alpha, c["effect"])
     return Power(
         f"{track['n']} treatment pairs (with/without the regulariser, same initial weights and batches) and "
         f"{c['n_ctl']} control pairs (two λ-free runs of different seeds: initial weights and batches both differ, "
@@ -323,18 +390,26 @@ def tracking_power(track: dict, contrast: dict, *, alpha: float) -> Power:
         f"the control pairs' (r = {c['r_ctl']:.2f}): the difference r_T − r_C = {c['diff']:+.2f} by a permutation test "
         f"that reassigns pairs between the groups (p = {c['p']:.1e}; valid if the pairs of both groups are "
         f"exchangeable under the null). The paper's account is taken a priori as a treatment correlation of "
-        f"{track['effect']:.1f} against none in the control, {c['effect']:.2f} in Fisher z; the contrast detects "
-        f"a difference of {c['detectable']:.2f} in Fisher z with probability 0.8 at {alpha:.1e}, "
+        f"{track['effect']:.1f} against none in the control, {c['effect']:.2f} in Fisher z; by the Fisher-z formula "
+        f"the contrast detects a difference of {c['detectable']:.2f} with probability 0.8 at {alpha:.1e}, "
         + ("within" if c["detectable"] <= c["effect"] else "beyond")
-        + f" that effect (observed {c['z_diff']:+.2f}). Mediation, beside the rule: the control pairs' line of gain "
-        f"on ESS change predicts a gain of {c['predicted']:+.3f} at the treatment's mean ESS change "
+        + f" that effect (observed {c['z_diff']:+.2f}). That formula assumes a test at its nominal level and "
+        f"overstates this permutation contrast's power, which is conservative where the groups' spreads differ as "
+        f"here, so the {need} pairs per group it asks for to detect the effect are a lower bound: "
+        + (f"no profile this CPU reaches decides the claim (the largest, paper, trains {max_pairs} pairs per group), "
+           if max_pairs is not None and max_pairs < need else "")
+        + f"what would decide it is at least {need} treatment and {need} control pairs (or a power of the "
+        f"permutation contrast simulated at the design). "
+        f"Mediation, beside the rule: the control pairs' line of gain on ESS change through the origin (slope "
+        f"{med['slope']:+.3f}) predicts a gain of {med['predicted']:+.3f} at the treatment's mean ESS change "
         f"({track['measure_mean']:+.3f}; sign-flip p = {track['measure_p']:.1e} for a rise), against its mean gain "
-        f"{c['mean_treat']:+.3f} (residual {c['residual']:+.3f}: near 0 if the ESS change accounts for the gain)."
+        f"{med['gain']:+.3f}; {mediation_text(med)}."
         + _level_text(track, alpha, f"1/{track['n']}! = {1.0 / math.factorial(track['n']):.1e}"),
         detectable=c["detectable"], effect=c["effect"], ceiling=None, matched=bool(track["reachable"]),
         value={k: track[k] for k in ("n", "r", "p", "measure_mean", "measure_p", "reachable")}
-        | {f"contrast_{k}": c[k] for k in ("r_ctl", "diff", "z_diff", "p", "detectable", "effect", "predicted",
-                                          "mean_treat", "residual")})
+        | {f"contrast_{k}": c[k] for k in ("r_ctl", "diff", "z_diff", "p", "detectable", "effect")}
+        | {"pairs_needed_at_least": need}
+        | {f"mediation_{k}": med[k] for k in ("slope", "predicted", "gain", "residual", "low", "high", "level")})
 
 
 def control_pairs(df: pd.DataFrame, control: pd.DataFrame, lam0: float, offset: int) -> pd.DataFrame:
