@@ -969,14 +969,17 @@ def test_rate_and_shape_contrasts_read_exponentials():
 def test_long_run_reading_names_the_overshoot_the_swing_and_the_unsettled_tail():
     it = np.arange(1000, 9000, 1000)
     est = np.array([10.6, 48.8, 85.5, 97.1, 125.3, 144.9, 139.5, 162.9])
-    text = analysis.long_run_reading(it, est, 87.6, 0.99, 0.4, 485961)
+    text = analysis.long_run_reading(it, est, 87.6, 0.99, 0.4, 485961, horizon=1000)
     assert "passes above 100" in text and "162.9 after 8000" in text
     assert "after 3000 iterations (85.5), a point it passes on a swing" in text
     assert "has not settled" in text and "final error is 75.3" in text
     assert "median 6.5 (quartiles [3.2, 8.7])" in text
-    flat = analysis.long_run_reading(it, np.full(8, 87.0), 87.6, 0.99, 0.1, 10)
+    # the two errors are about different true values, and the words say which
+    assert "87.6 here" in text and "1000-step horizon" in text
+    assert "the paper's 83.69" in text and "500-step cap" in text
+    flat = analysis.long_run_reading(it, np.full(8, 87.0), 87.6, 0.99, 0.1, 10, horizon=1000)
     assert "passes above" not in flat and "swing" not in flat and "not settled" not in flat
-    assert "paper's median" not in flat
+    assert "paper's median" not in flat and "different values" not in flat
 
 
 def test_contrast_glue_reads_the_energy_against_its_50_percent_power_point():
@@ -1003,3 +1006,117 @@ def test_restart_reading_says_whether_the_mean_shift_is_resolved():
     shifted = analysis.RestartCheck(np.zeros(1), dev - 0.003, (dev - 0.003) / 0.001, np.zeros(1), 1.0)
     text = analysis.restart_reading(shifted)
     assert "standard errors over runs from 0" in text and "systematically" not in text
+
+
+def test_annealing_at_factor_one_is_the_plain_run_and_is_measured_at_sigma():
+    s = demand.sample(32, np.random.default_rng(0))
+    T = lambda x: torch.tensor(x[None], dtype=torch.float32)  # noqa: E731
+    data = mf.IVData(mf.Inputs(T(s.A)), T(s.W), T(s.Y))
+    cfg = mf.F2BMLDConfig(n_particles=16, steps=40, eta=0.2, zeta=0.5, sigma=0.05,
+                          record_every=5, init_scale=0.5)
+    plain = mf.f2bmld(data, 1.0, cfg, root=1)
+    same = mf.f2bmld(data, 1.0, replace(cfg, anneal_factor=1.0, anneal_steps=20), root=1)
+    np.testing.assert_array_equal(same.L, plain.L)
+    np.testing.assert_array_equal(same.a.x, plain.a.x)
+    hot = mf.f2bmld(data, 1.0, replace(cfg, anneal_factor=20.0, anneal_steps=40), root=1)
+    assert hot.L[0, 0] == plain.L[0, 0]         # the same start, measured at σ, not 20σ
+    assert not np.array_equal(hot.L[1:], plain.L[1:])
+    # the hotter noise leaves the clouds wider than the plain run's
+    assert hot.a.x.std() > 1.2 * plain.a.x.std()
+    # cooled early and held at σ: the temperature after the schedule is σ itself (the same
+    # coefficients as the plain run: a cooled run's later steps are plain steps)
+    early = mf.f2bmld(data, 1.0, replace(cfg, anneal_factor=20.0, anneal_steps=1), root=1)
+    np.testing.assert_array_equal(early.L[0], plain.L[0])
+
+
+def test_restarts_run_on_the_stationarity_data_sets_from_their_own_draws():
+    cfg = mf.F2BMLDConfig(steps=20, eta=0.2, zeta=0.5, record_every=2, tracker_steps=1,
+                          flow_step=0.1)
+    r = experiments.restarts(8, [0, 1], 3, 16, 1.0, 0.1, cfg, 0, late_from=1.0,
+                             scales=(1.5, 3.0), anneal_factor=4.0, anneal_time=0.5)
+    assert r["L"].shape == (2, 3, 11) and r["late"].shape == (2, 3)
+    np.testing.assert_allclose(r["late"], r["L"][..., r["t"] >= 1.0].mean(-1))
+    np.testing.assert_allclose(r["init_scales"], np.tile(np.geomspace(1.5, 3.0, 3), 2))
+    samples = [demand.sample(16, stream(0, "stationarity-data", s)) for s in (0, 1)]
+    data = experiments.demand_batch([x for x in samples for _ in range(3)])
+    run = mf.f2bmld(data, 1.0, replace(cfg, n_particles=8, sigma=0.1,
+                                       init_scale=torch.as_tensor(r["init_scales"], dtype=mf.DTYPE),
+                                       anneal_factor=4.0, anneal_steps=5), 0, ("restarts", 8))
+    np.testing.assert_allclose(r["L"], run.L_tracker.T.reshape(2, 3, -1))
+    st = experiments.stationarity([8], [0, 1], 3, 16, 1.0, 0.1, cfg, 0, late_from=1.0)
+    assert not np.allclose(st["L"][0, :, :, 0], r["L"][..., 0])  # not the design's own starts
+
+
+def test_independent_restarts_read_the_interval_against_the_fitted_limit():
+    from lib.stats import t_interval
+
+    rng = np.random.default_rng(3)
+    N = np.array([16, 32, 64, 128, 512])
+    limits = np.array([-1.0, -1.2, -0.9, -1.1])
+    sd = 0.002
+    main = limits[None, :, None] + 0.3 / N[:, None, None] + sd * rng.standard_normal((5, 4, 8))
+    at_limit = limits[:, None] + 0.3 / 512 + sd * rng.standard_normal((4, 6))
+    ok = analysis.independent_restarts(at_limit, main, N)
+    np.testing.assert_allclose(ok.predicted, limits + 0.3 / 512, atol=2e-3)
+    np.testing.assert_allclose(ok.dev, at_limit - ok.predicted[:, None])
+    np.testing.assert_allclose(ok.sd, main[-1].std(-1, ddof=1))
+    np.testing.assert_allclose(ok.paired, at_limit.mean(-1) - main[-1].mean(-1))
+    m, lo, hi = ok.mean
+    assert m == pytest.approx(ok.dev.mean()) and lo < m < hi
+    assert (m, lo, hi) == pytest.approx(t_interval(ok.dev.mean(-1)))
+    assert ok.best == ok.dev.min()
+    text = analysis.independent_reading(ok)
+    assert "holds 0" in text and "within 4 stationary" in text
+    lower = analysis.independent_restarts(at_limit - 10 * sd, main, N)
+    assert lower.mean[2] < 0 and lower.best_z < -4
+    assert "wholly below 0" in analysis.independent_reading(lower)
+    assert "more than 4 stationary fluctuations below" in analysis.independent_reading(lower)
+    assert "wholly above 0" in analysis.independent_reading(
+        analysis.independent_restarts(at_limit + 10 * sd, main, N))
+    one = analysis.independent_restarts(at_limit[:1], main[:, :1], N)
+    assert np.isnan(one.mean[1]) and "one data set" in analysis.independent_reading(one)
+
+
+def test_late_sd_by_gap_is_each_gaps_largest_late_fluctuation():
+    t = np.arange(10.0)
+    quiet = np.zeros((2, 3, 10))
+    loud = quiet.copy()
+    loud[1, 2, 5:] = [1.0, -1.0, 1.0, -1.0, 1.0]
+    sds = analysis.late_sd_by_gap(t, {"a": quiet, "b": loud}, late_from=5.0)
+    assert sds["a"] == 0.0
+    assert sds["b"] == pytest.approx(np.std([1.0, -1.0, 1.0, -1.0, 1.0]))
+    # before the late stretch nothing counts
+    early = quiet.copy()
+    early[0, 0, :5] = 9.0
+    assert analysis.late_sd_by_gap(t, {"c": early}, 5.0)["c"] == 0.0
+
+
+def test_ope_regime_text_never_calls_subsampled_fits_the_papers_regime():
+    paper = analysis.ope_regime_text(0.99, 0.3, 2000, 512, 3, 1000, 3000)
+    assert "at the paper's γ = 0.99 and λ = 0.3" in paper and "as in the paper" in paper
+    assert "smaller than the paper's regime" in paper and "512 transitions" in paper
+    assert "3000 iterations (theirs 80000)" in paper and "3 data sets" in paper
+    assert "in the paper's regime" not in paper
+    small = analysis.ope_regime_text(0.9, 0.3, 50, 256, 1, 500, 200)
+    assert "(the paper's: 0.99, 0.3)" in small and "(the paper's 2000)" in small
+    assert "1 data set per" in small
+
+
+def test_power_of_ten_and_the_authors_scale():
+    assert analysis.power_of_ten(1e-4) == "10⁻⁴" and analysis.power_of_ten(1e4) == "10⁴"
+    assert analysis.power_of_ten((1 - 0.99) ** 2) == "10⁻⁴"
+    assert analysis.power_of_ten(3e-3) == "3.0e-03"
+    # 11 seeds × 5 noise levels × 80 000 iterations at 3.6 ms each
+    assert analysis.paper_ope_cpu_hours() == pytest.approx(11 * 5 * 80000 * 3.6e-3 / 3600)
+    assert analysis.paper_ope_cpu_hours() == pytest.approx(4.4)
+
+
+def test_level_reading_names_the_gaps_short_of_the_margin():
+    ok = analysis.level_reading(0.03, {"free energy": 0.002, "energy": 0.001}, 10.0)
+    assert "ε is 15.0 times it" in ok and "every gap read at ε clears the margin of 10" in ok
+    short = analysis.level_reading(0.03, {"free energy": 0.002, "energy": 0.0043,
+                                          "rival": 0.004}, 10.0)
+    assert "energy, rival fall short of the margin of 10" in short
+    assert "free energy" not in short.split(":")[-1]
+    one = analysis.level_reading(0.03, {"free energy": 0.002, "energy": 0.0043}, 10.0)
+    assert "energy falls short" in one and "its readings" in one

@@ -53,6 +53,26 @@ def largest_late_sd(t, gap, late_from: float) -> float:
     return float(np.asarray(gap)[..., np.asarray(t) >= late_from].std(-1).max())
 
 
+def late_sd_by_gap(t, gaps: dict, late_from: float) -> dict:
+    """:func:`largest_late_sd` of each named set of gaps (every gap a level is read on): the
+    size of the largest stationary fluctuation of any of its runs."""
+    return {name: largest_late_sd(t, g, late_from) for name, g in gaps.items()}
+
+
+def level_reading(level: float, floors: dict, factor: float) -> str:
+    """Words for the level ε against the largest stationary fluctuation of each set of gaps read
+    at it (``floors``, from :func:`late_sd_by_gap`): each ratio, and which fall short of
+    ``factor``, the margin the design fixed before the runs."""
+    ratios = {k: level / v if v > 0 else float("inf") for k, v in floors.items()}
+    text = "; ".join(f"{k} {v:.1e} (ε is {ratios[k]:.1f} times it)" for k, v in floors.items())
+    short = [k for k, r in ratios.items() if r < factor]
+    if not short:
+        return text + f": every gap read at ε clears the margin of {factor:g} fixed in advance"
+    return (text + f": {', '.join(short)} fall{'s' if len(short) == 1 else ''} short of the margin "
+            f"of {factor:g} fixed in advance, so {'its' if len(short) == 1 else 'their'} readings "
+            "at ε may carry part of a stationary fluctuation")
+
+
 def correlation(a, b) -> float:
     """Pearson's correlation of two equally long samples."""
     return float(np.corrcoef(a, b)[0, 1])
@@ -751,6 +771,92 @@ def restart_check(late, particles) -> RestartCheck:
 
 
 @dataclass
+class IndependentRestarts:
+    """Independent optimisations at the largest particle number (``late`` (D, M): each restart's
+    stationary value) against the limit fitted to the main runs at every particle number:
+    ``predicted`` (D,) is L∞ + b·N^(−p) of :func:`particle_bias` on the main runs, evaluated at
+    that N; ``dev`` (D, M) each restart's value minus its data set's prediction; ``sd`` (D,) the
+    main runs' standard deviation at that N (the stationary fluctuation); ``paired`` (D,) each
+    data set's restart mean minus its main runs' mean there (no fit at all). Data sets are the
+    unit of every interval (their restarts share a prediction)."""
+
+    predicted: np.ndarray
+    dev: np.ndarray
+    sd: np.ndarray
+    paired: np.ndarray
+    level: float = 0.95
+
+    @property
+    def by_data_set(self) -> np.ndarray:
+        return self.dev.mean(-1)
+
+    def _interval(self, values) -> tuple[float, float, float]:
+        if len(values) < 2:  # one data set: no interval
+            return float(np.mean(values)), float("nan"), float("nan")
+        return S.t_interval(values, self.level)
+
+    @property
+    def mean(self) -> tuple[float, float, float]:
+        """``(mean, low, high)``: the mean deviation and its Student-t interval over data sets
+        (:func:`lib.stats.t_interval`; NaN bounds for one data set)."""
+        return self._interval(self.by_data_set)
+
+    @property
+    def paired_mean(self) -> tuple[float, float, float]:
+        """The same for :attr:`paired`."""
+        return self._interval(self.paired)
+
+    @property
+    def best(self) -> float:
+        """The lowest restart's value minus its prediction (negative: below the limit)."""
+        return float(self.dev.min())
+
+    @property
+    def best_z(self) -> float:
+        """:attr:`best` in its data set's stationary fluctuations."""
+        d, m = np.unravel_index(np.argmin(self.dev), self.dev.shape)
+        return float(self.dev[d, m] / self.sd[d])
+
+
+def independent_restarts(late, main_late, particles, level: float = 0.95) -> IndependentRestarts:
+    """:class:`IndependentRestarts` of restarts ``late`` (D, M) at ``particles[-1]`` against the
+    main runs ``main_late`` (N, D, run) at ``particles`` (three or more)."""
+    late, main = np.asarray(late, float), np.asarray(main_late, float)
+    N = np.asarray(particles, float)
+    fit = particle_bias(main, N)
+    predicted = fit.intercepts + fit.b * N[-1] ** (-fit.p)
+    return IndependentRestarts(predicted, late - predicted[:, None], main[-1].std(-1, ddof=1),
+                               late.mean(-1) - main[-1].mean(-1), level)
+
+
+def independent_reading(check: IndependentRestarts, z: float = 4.0) -> str:
+    """Words for :class:`IndependentRestarts`, fixed before the run: where the mean deviation's
+    interval lies (holding 0: no restart law ends elsewhere on average; wholly below 0: the
+    restarts find lower values than the main runs' limit, a better optimum than the one the
+    dynamics reach; wholly above: they end higher, not yet at the limit), and whether the best
+    restart lies more than ``z`` stationary fluctuations below the prediction."""
+    mean, lo, hi = check.mean
+    pct = f"{check.level:.0%}"
+    if not np.isfinite(lo):
+        where = "with one data set there is no interval"
+    elif lo <= 0 <= hi:
+        where = (f"the {pct} interval of their mean deviation holds 0: on average no restart "
+                 "ends away from the main runs' limit")
+    elif hi < 0:
+        where = (f"the {pct} interval of their mean deviation lies wholly below 0: the restarts "
+                 "end lower than the main runs' limit, a better optimum than the one those runs "
+                 "reach")
+    else:
+        where = (f"the {pct} interval of their mean deviation lies wholly above 0: the restarts "
+                 "end higher than the main runs' limit, not at it")
+    best = ("and the best restart lies within " if check.best_z >= -z else
+            "and the best restart lies more than ") + (
+        f"{z:g} stationary fluctuations of the prediction" if check.best_z >= -z else
+        f"{z:g} stationary fluctuations below the prediction")
+    return f"{where}, {best}"
+
+
+@dataclass
 class DataSetContrast:
     """A paired contrast of two arms with the data set as the statistical unit: ``diff`` (D,) one
     difference per data set (each arm's mean over its runs of that data set), with their mean,
@@ -821,18 +927,78 @@ def shape_contrast(t, gap_hot, gap_cold, hi: float, lo: float) -> DataSetContras
                              decay_log_ratios(t, gap_cold, hi, lo)[0])
 
 
-#: The paper's box plot of F²BMLD's absolute OPE error: median and quartiles [Q1, Q3] per noise.
+#: The paper's box plot of F²BMLD's absolute OPE error: median and quartiles [Q1, Q3] per noise
+#: (hudsonchen/F2BMLD at bf35f1b, figures/box_plot.pdf).
 PAPER_OPE_F2BMLD_QUARTILES = {0.2: (0.26, 0.14, 0.40), 0.3: (0.94, 0.49, 1.61), 0.4: (6.5, 3.2, 8.7)}
+#: The authors' true policy values at γ = 0.99 per noise (their DQN target policy under
+#: The authors' OPE design (hudsonchen/F2BMLD at bf35f1b, scripts/myriad/configs_noise_*.txt):
+#: logged episodes, seeds, noise levels, the released variant's iterations (--max_steps) on every
+#: logged transition, and the paper's γ and λ.
+PAPER_OPE_EPISODES = 2000
+PAPER_OPE_SEEDS = 11
+PAPER_OPE_NOISES = (0.0, 0.1, 0.2, 0.3, 0.4)
+PAPER_OPE_ITERATIONS = 80_000
+PAPER_OPE_GAMMA, PAPER_OPE_LAM = 0.99, 0.3
+#: The released variant's cost per iteration on one thread, profiled (3.6 ms; 80 000 iterations
+#: about five CPU-minutes).
+RELEASED_SECONDS_PER_ITERATION = 3.6e-3
+
+
+def paper_ope_cpu_hours(seconds_per_iteration: float = RELEASED_SECONDS_PER_ITERATION) -> float:
+    """CPU-hours of the released variant alone at the authors' scale: their seeds × noise levels
+    × iterations at ``seconds_per_iteration``."""
+    return PAPER_OPE_SEEDS * len(PAPER_OPE_NOISES) * PAPER_OPE_ITERATIONS * seconds_per_iteration / 3600
+
+
+def power_of_ten(x: float) -> str:
+    """``x`` as 10 with a superscript exponent where it is a power of ten (to rounding), else in
+    scientific notation."""
+    e = np.log10(float(x))
+    if abs(e - round(e)) > 1e-9:
+        return f"{x:.1e}"
+    sup = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+    return "10" + str(int(round(e))).translate(sup)
+
+
+def ope_regime_text(gamma: float, lam: float, episodes: int, n: int, seeds: int, steps: int,
+                    released_iterations: int) -> str:
+    """Words for how this run's OPE design stands to the paper's: γ and λ, the logged episodes,
+    and what every fit sees and runs (a subsample of ``n`` transitions, ``released_iterations``
+    of the released variant, ``steps`` mean-field steps, ``seeds`` data sets per noise level),
+    against the authors' every transition, :data:`PAPER_OPE_ITERATIONS` and
+    :data:`PAPER_OPE_SEEDS`. It never calls a run with subsampled fits the paper's regime."""
+    same = gamma == PAPER_OPE_GAMMA and lam == PAPER_OPE_LAM
+    text = (f"at the paper's γ = {gamma:g} and λ = {lam:g}" if same else
+            f"at γ = {gamma:g} and λ = {lam:g} (the paper's: {PAPER_OPE_GAMMA:g}, {PAPER_OPE_LAM:g})")
+    text += (f", with {episodes} logged episodes per data set"
+             + (" as in the paper" if episodes == PAPER_OPE_EPISODES else
+                f" (the paper's {PAPER_OPE_EPISODES})"))
+    return text + (f", but smaller than the paper's regime in what the fits see and run: each "
+                   f"fit sees {n} transitions subsampled from them (the authors' fits see every "
+                   f"logged transition), the released variant runs {released_iterations} "
+                   f"iterations (theirs {PAPER_OPE_ITERATIONS}) and the mean-field version "
+                   f"{steps} steps, over {seeds} data set{'s' if seeds != 1 else ''} per noise "
+                   f"level (the paper's {PAPER_OPE_SEEDS} seeds)")
+
+
+#: CartPole-v1's episode cap; plotting_notebooks/plotting.ipynb at the same commit).
+PAPER_OPE_TRUE_VALUES = {0.0: 99.343, 0.1: 99.246, 0.2: 99.120, 0.3: 96.328, 0.4: 83.693}
+#: CartPole-v1's episode cap (gymnasium's registration, max_episode_steps), which bounds the
+#: authors' returns.
+CARTPOLE_V1_CAP = 500
 
 
 def long_run_reading(iterations, estimate, truth: float, gamma: float, noise: float,
-                     transitions: int, tail: int = 4) -> str:
+                     transitions: int, horizon: int, tail: int = 4) -> str:
     """Words for the released variant's long run (estimates ``estimate`` after ``iterations``):
     its start and end, the largest estimate against the largest possible value 1/(1 − γ) (a
     reward of 1 per step), the reading closest to ``truth`` and whether the run passes it on a
     swing (it is not the last reading and later ones move away again), the spread of the last
     ``tail`` readings (settled or not), and the final error against the paper's median and
-    quartiles at ``noise`` (:data:`PAPER_OPE_F2BMLD_QUARTILES`) where the paper reports them."""
+    quartiles at ``noise`` (:data:`PAPER_OPE_F2BMLD_QUARTILES`) where the paper reports them,
+    saying that the two errors are about different true values: ``truth`` is that of this
+    chapter's target policy over ``horizon`` steps, the paper's (:data:`PAPER_OPE_TRUE_VALUES`)
+    that of the authors' DQN policy under CartPole-v1's cap (:data:`CARTPOLE_V1_CAP`)."""
     it, est = np.asarray(iterations), np.asarray(estimate, float)
     vmax = 1.0 / (1.0 - gamma)
     best = int(np.argmin(np.abs(est - truth)))
@@ -856,6 +1022,12 @@ def long_run_reading(iterations, estimate, truth: float, gamma: float, noise: fl
     if q is not None:
         text += (f", against the paper's median {q[0]:g} (quartiles [{q[1]:g}, {q[2]:g}]) at this "
                  "noise level")
+        paper_truth = PAPER_OPE_TRUE_VALUES.get(round(float(noise), 2))
+        if paper_truth is not None:
+            text += (f", though the two errors are about different values: {truth:.1f} here is the "
+                     f"value of this chapter's hand-written controller over a {horizon}-step "
+                     f"horizon, the paper's {paper_truth:.2f} that of the authors' DQN policy under "
+                     f"CartPole-v1's {CARTPOLE_V1_CAP}-step cap")
     return text
 
 

@@ -24,6 +24,12 @@ from functools import lru_cache
 import numpy as np
 
 GAMMA = 0.99
+#: The behaviour policy's ε (a uniformly random action with this probability).
+EPSILON = 0.1
+#: Start states and steps of the Monte-Carlo true value (the discounted tail after HORIZON steps
+#: is below γ^HORIZON / (1 − γ)).
+N_STARTS = 1000
+HORIZON = 1000
 #: Gains of the target controller: push right (action 1) when K·s > 0. [reconstructed]
 GAINS = np.array([0.5, 1.0, 10.0, 2.0])
 
@@ -76,8 +82,8 @@ def _act(states, rng, epsilon: float, noise: float) -> tuple[np.ndarray, np.ndar
     return chosen, executed
 
 
-def true_value(noise: float, rng: np.random.Generator, n_starts: int = 1000,
-               horizon: int = 1000, gamma: float = GAMMA) -> float:
+def true_value(noise: float, rng: np.random.Generator, n_starts: int = N_STARTS,
+               horizon: int = HORIZON, gamma: float = GAMMA) -> float:
     """Monte-Carlo ``v(π)``: the mean discounted return of π from ``n_starts`` start states
     in the noisy environment (reward 1 per step, including the terminating one; the
     discounted tail after ``horizon`` steps is below γ^horizon / (1 − γ))."""
@@ -108,7 +114,7 @@ class Transitions:
     starts: np.ndarray
 
 
-def collect(n_episodes: int, noise: float, rng: np.random.Generator, epsilon: float = 0.1,
+def collect(n_episodes: int, noise: float, rng: np.random.Generator, epsilon: float = EPSILON,
             max_steps: int = 500) -> Transitions:
     """Run ``n_episodes`` of the behaviour policy side by side (CartPole-v1's 500-step
     limit truncates, it does not terminate) and log every transition."""

@@ -23,6 +23,11 @@ import numpy as np
 
 from lib.seeding import constant_stream
 
+#: The confounding correlation ρ of Hartford et al.'s design (the outcome noise ε ~ ρV + √(1−ρ²)·ξ).
+RHO = 0.5
+#: Draws of the fixed reference sample whose means and standard deviations standardise the data.
+REFERENCE_DRAWS = 200_000
+
 
 def psi(t: np.ndarray) -> np.ndarray:
     return 2 * ((t - 5) ** 4 / 600 + np.exp(-4 * (t - 5) ** 2) + t / 10 - 2)
@@ -47,7 +52,7 @@ def _raw(n: int, rng: np.random.Generator, rho: float) -> dict[str, np.ndarray]:
 def _scales(rho: float) -> dict[str, tuple[float, float]]:
     # a constant of the model, not a draw of the experiment: the standardising constants come
     # from one fixed reference sample, the same whatever the chapter seed
-    ref = _raw(200_000, constant_stream("demand", "reference-sample"), rho)
+    ref = _raw(REFERENCE_DRAWS, constant_stream("demand", "reference-sample"), rho)
     return {k: (float(v.mean()), float(v.std())) for k, v in ref.items()}
 
 
@@ -59,7 +64,7 @@ class DemandSample:
     h_true: np.ndarray  # (n,)   standardised h°(A)
 
 
-def sample(n: int, rng: np.random.Generator, rho: float = 0.5) -> DemandSample:
+def sample(n: int, rng: np.random.Generator, rho: float = RHO) -> DemandSample:
     """``n`` draws of the demand design, standardised."""
     raw = _raw(n, rng, rho)
     sc = _scales(rho)

@@ -97,6 +97,32 @@ def stationarity(particles, reps, n_inits: int, n: int, lam: float, sigma: float
             "init_scales": scales, "init_plus": plus, "dim": runs[0]["dim"]}
 
 
+def restarts(n_particles: int, reps, n_restarts: int, n: int, lam: float, sigma: float,
+             cfg: mf.F2BMLDConfig, root: int, late_from: float, scales: tuple[float, float],
+             anneal_factor: float, anneal_time: float) -> dict:
+    """Independent optimisations at one particle number on the stationarity design's data sets
+    (sub-stream ``("stationarity-data", rep)``, the same draws): ``n_restarts`` runs per data
+    set from initial laws unlike that design's, N(0, s² I) with the scale s geometric over
+    ``scales`` and no mirror split, annealed: each starts at ``anneal_factor`` times every
+    temperature, cools linearly to ``sigma`` over flow time ``anneal_time`` and holds it for the
+    rest of ``cfg.steps`` steps of ``cfg.flow_step``. Its initial particles and noise come from
+    the sub-stream ``("f2bmld", "restarts", n_particles)``, apart from the design's runs. Returns
+    the recorded times ``t`` and Lagrangian ``L`` (data set, restart, time), measured at
+    ``sigma`` throughout, and ``late`` (data set, restart), its mean over ``t ≥ late_from``."""
+    reps = [int(s) for s in reps]
+    samples = [demand.sample(n, stream(root, "stationarity-data", s)) for s in reps]
+    data = demand_batch([x for x in samples for _ in range(n_restarts)])
+    init = np.tile(np.geomspace(*scales, n_restarts), len(reps))
+    steps = int(round(anneal_time / float(cfg.flow_step)))
+    run = mf.f2bmld(data, lam, replace(cfg, n_particles=int(n_particles), sigma=float(sigma),
+                                       init_scale=_tensor(init), init_offset=0.0,
+                                       anneal_factor=float(anneal_factor), anneal_steps=steps),
+                    root, ("restarts", int(n_particles)))
+    t = run.steps * float(cfg.flow_step)
+    L = run.L_tracker.T.reshape(len(reps), n_restarts, -1)
+    return {"t": t, "L": L, "late": L[..., t >= late_from].mean(-1), "init_scales": init}
+
+
 def _relaxed(t, L, late_from: float, level: float) -> dict:
     """Gap, first-passage time and mean rate of recorded values ``L`` (σ, rep, init, time) against
     each (σ, rep)'s mean over ``t ≥ late_from`` (see :func:`relaxation`)."""
@@ -229,7 +255,7 @@ def _ope_baselines_point(noise: float, seed: int, *, root: int, n_episodes: int,
 
 
 def ope(noises, reps, n_episodes: int, n: int, lams, cfg: mf.F2BMLDConfig,
-        dfiv: DFIV, root: int, n_starts: int = 1000, gamma: float = cartpole.GAMMA):
+        dfiv: DFIV, root: int, n_starts: int = cartpole.N_STARTS, gamma: float = cartpole.GAMMA):
     """|estimated − true| policy value of F²BMLD (for every λ in ``lams``), DFIV, kernel IV
     and sieve 2SLS on CartPole for every (noise, replicate in ``reps``). The truth is a
     Monte-Carlo value per noise level. The baselines' fits, one per problem, are
@@ -272,7 +298,7 @@ def _released_point(gamma: float, noise: float, seed: int, *, root: int, n_episo
 
 
 def ope_released(gammas, noises, reps, n_episodes: int, n: int, model, root: int,
-                 n_starts: int = 1000) -> dict:
+                 n_starts: int = cartpole.N_STARTS) -> dict:
     """F²BMLD as the authors' released code trains it (``model``, an
     :class:`~lib.npiv.baselines.AdamF2BMLD`) on the logged data sets of :func:`ope` at every noise
     level in ``noises`` (replicates ``reps``), for every discount in ``gammas``: its estimates,
@@ -301,7 +327,7 @@ def _released_curve_point(noise: float, seed: int, *, root: int, n_episodes: int
 
 
 def ope_released_curve(noise: float, rep: int, n_episodes: int, model, root: int,
-                       gamma: float, trace_every: int, n_starts: int = 1000) -> dict:
+                       gamma: float, trace_every: int, n_starts: int = cartpole.N_STARTS) -> dict:
     """The released variant (``model``, an :class:`~lib.npiv.baselines.AdamF2BMLD`) on *all*
     transitions of the logged data set of :func:`ope` at noise level ``noise``, replicate ``rep``
     (the same episodes; no subsample), with its estimate recorded every ``trace_every``

@@ -334,6 +334,9 @@ class F2BMLDConfig:
     tracker_steps: int = 1     # steps of μ_w (step η) per step of μ_w̃: μ_w ≈ argmin G_σ(μ_a, ·)
     flow_step: float | None = None  # if set, h for every run (equal flow time t = k·h for all λ)
     float64: bool = False      # run the particles in double precision (for gaps near 1e-8)
+    anneal_factor: float = 1.0  # annealing: the run starts at this multiple of every temperature
+    anneal_steps: int = 0       # ... which falls linearly to 1 over these steps, then holds (the
+    #                             Lagrangian is always recorded at ``sigma``)
 
 
 @dataclass
@@ -427,10 +430,13 @@ def _f2bmld(data: IVData, lam, cfg: F2BMLDConfig, root: int, key: tuple,
     rec_steps, rec_L, rec_L_tracker, rec_asym, rec_E, snaps = [], [], [], [], [], []
     data64 = _double_data(data)
     # the step coefficients of each system, (η, ζ, √(2ησ)), computed once
-    step_w = langevin_coefficients(eta if cfg.common_step else cfg.eta, cfg.zeta, cfg.sigma)
-    step_wt = langevin_coefficients(eta, lam * cfg.zeta, lam * cfg.sigma)
-    step_tracker = langevin_coefficients(cfg.eta, cfg.zeta, cfg.sigma)
-    step_a = langevin_coefficients(eta, cfg.zeta, cfg.sigma)
+    def coefficients(sigma):
+        return (langevin_coefficients(eta if cfg.common_step else cfg.eta, cfg.zeta, sigma),
+                langevin_coefficients(eta, lam * cfg.zeta, lam * sigma),
+                langevin_coefficients(cfg.eta, cfg.zeta, sigma),
+                langevin_coefficients(eta, cfg.zeta, sigma))
+
+    step_w, step_wt, step_tracker, step_a = coefficients(cfg.sigma)
     buffers = {}  # each system's hidden activations, rewritten in place every step
 
     def hidden(net, inp, name):
@@ -444,6 +450,12 @@ def _f2bmld(data: IVData, lam, cfg: F2BMLDConfig, root: int, key: tuple,
         return net.hidden(inp, out=buffers[name])
 
     for k in range(cfg.steps + 1):
+        if k < cfg.anneal_steps:  # the annealed temperature of this step, then σ itself
+            hot = 1.0 + (cfg.anneal_factor - 1.0) * (1.0 - k / cfg.anneal_steps)
+            step_w, step_wt, step_tracker, step_a = coefficients(
+                torch.as_tensor(cfg.sigma, dtype=DTYPE) * hot)
+        elif k == cfg.anneal_steps and k:
+            step_w, step_wt, step_tracker, step_a = coefficients(cfg.sigma)
         Sa = hidden(a, data.A, "a")
         ha = a.value(Sa)
         for j in range(cfg.inner_steps):
