@@ -834,7 +834,8 @@ def independent_reading(check: IndependentRestarts, z: float = 4.0) -> str:
     interval lies (holding 0: no restart law ends elsewhere on average; wholly below 0: the
     restarts find lower values than the main runs' limit, a better optimum than the one the
     dynamics reach; wholly above: they end higher, not yet at the limit), and whether the best
-    restart lies more than ``z`` stationary fluctuations below the prediction."""
+    restart lies within ``z`` stationary fluctuations of the prediction, more than that below it,
+    or (even the best) more than that above it."""
     mean, lo, hi = check.mean
     pct = f"{check.level:.0%}"
     if not np.isfinite(lo):
@@ -849,10 +850,13 @@ def independent_reading(check: IndependentRestarts, z: float = 4.0) -> str:
     else:
         where = (f"the {pct} interval of their mean deviation lies wholly above 0: the restarts "
                  "end higher than the main runs' limit, not at it")
-    best = ("and the best restart lies within " if check.best_z >= -z else
-            "and the best restart lies more than ") + (
-        f"{z:g} stationary fluctuations of the prediction" if check.best_z >= -z else
-        f"{z:g} stationary fluctuations below the prediction")
+    if check.best_z < -z:
+        best = f"and the best restart lies more than {z:g} stationary fluctuations below the prediction"
+    elif check.best_z > z:
+        best = (f"and even the best restart lies more than {z:g} stationary fluctuations above the "
+                "prediction")
+    else:
+        best = f"and the best restart lies within {z:g} stationary fluctuations of the prediction"
     return f"{where}, {best}"
 
 

@@ -108,7 +108,9 @@ def restarts(n_particles: int, reps, n_restarts: int, n: int, lam: float, sigma:
     rest of ``cfg.steps`` steps of ``cfg.flow_step``. Its initial particles and noise come from
     the sub-stream ``("f2bmld", "restarts", n_particles)``, apart from the design's runs. Returns
     the recorded times ``t`` and Lagrangian ``L`` (data set, restart, time), measured at
-    ``sigma`` throughout, and ``late`` (data set, restart), its mean over ``t ≥ late_from``."""
+    ``sigma`` throughout, ``late`` (data set, restart), its mean over ``t ≥ late_from``, and
+    ``early``, its mean over the second half of the cooling (the same runs stopped early, still
+    above σ: a negative control of the comparison)."""
     reps = [int(s) for s in reps]
     samples = [demand.sample(n, stream(root, "stationarity-data", s)) for s in reps]
     data = demand_batch([x for x in samples for _ in range(n_restarts)])
@@ -120,7 +122,9 @@ def restarts(n_particles: int, reps, n_restarts: int, n: int, lam: float, sigma:
                     root, ("restarts", int(n_particles)))
     t = run.steps * float(cfg.flow_step)
     L = run.L_tracker.T.reshape(len(reps), n_restarts, -1)
-    return {"t": t, "L": L, "late": L[..., t >= late_from].mean(-1), "init_scales": init}
+    early = (t >= anneal_time / 2) & (t < anneal_time)
+    return {"t": t, "L": L, "late": L[..., t >= late_from].mean(-1),
+            "early": L[..., early].mean(-1), "init_scales": init}
 
 
 def _relaxed(t, L, late_from: float, level: float) -> dict:
