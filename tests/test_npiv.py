@@ -908,6 +908,7 @@ def test_ope_released_curve_fits_every_logged_transition():
 
 def test_shape_reading_says_where_the_mean_lies():
     assert "within two standard errors" in analysis.shape_reading(0.01, 0.01)
+    assert "consistent with an exponential at this resolution" in analysis.shape_reading(0.036, 0.019)
     assert "faster" in analysis.shape_reading(0.05, 0.01)
     assert "slowing" in analysis.shape_reading(-0.05, 0.01)
     assert analysis.shape_reading(-0.05, 0.01).startswith("-0.050 ± 0.010")
@@ -1039,6 +1040,9 @@ def test_restarts_run_on_the_stationarity_data_sets_from_their_own_draws():
     cooling = (r["t"] >= 0.25) & (r["t"] < 0.5)
     assert cooling.sum() >= 1
     np.testing.assert_allclose(r["early"], r["L"][..., cooling].mean(-1))
+    held = (r["t"] >= 0.5) & (r["t"] < 0.75)
+    assert held.sum() >= 1
+    np.testing.assert_allclose(r["settling"], r["L"][..., held].mean(-1))
     np.testing.assert_allclose(r["init_scales"], np.tile(np.geomspace(1.5, 3.0, 3), 2))
     samples = [demand.sample(16, stream(0, "stationarity-data", s)) for s in (0, 1)]
     data = experiments.demand_batch([x for x in samples for _ in range(3)])
@@ -1068,17 +1072,70 @@ def test_independent_restarts_read_the_interval_against_the_fitted_limit():
     assert m == pytest.approx(ok.dev.mean()) and lo < m < hi
     assert (m, lo, hi) == pytest.approx(t_interval(ok.dev.mean(-1)))
     assert ok.best == ok.dev.min()
+    np.testing.assert_allclose(ok.restart_sd, at_limit.std(-1, ddof=1))
+    d, m = np.unravel_index(np.argmin(ok.dev), ok.dev.shape)
+    assert ok.best_z == pytest.approx(ok.dev[d, m] / ok.restart_sd[d])  # the restarts' own spread
     text = analysis.independent_reading(ok)
-    assert "holds 0" in text and "within 4 stationary" in text
+    assert "both 95% intervals" in text and "hold 0" in text and "mix" in text
+    assert "within 4 restart standard deviations" in text and "optimum" not in text
     lower = analysis.independent_restarts(at_limit - 10 * sd, main, N)
-    assert lower.mean[2] < 0 and lower.best_z < -4
-    assert "wholly below 0" in analysis.independent_reading(lower)
-    assert "more than 4 stationary fluctuations below" in analysis.independent_reading(lower)
+    assert lower.mean[2] < 0 and lower.paired_mean[2] < 0 and lower.best_z < -4
+    low = analysis.independent_reading(lower)
+    assert "wholly below 0" in low and "main runs had not reached the stationary law" in low
+    assert "more than 4 restart standard deviations below" in low and "optimum" not in low
     higher = analysis.independent_reading(analysis.independent_restarts(at_limit + 10 * sd, main, N))
-    assert "wholly above 0" in higher and "even the best restart lies more than 4" in higher
-    assert "within 4" not in higher
+    assert "wholly above 0" in higher and "the restarts had not reached" in higher
+    assert "even the best restart lies more than 4" in higher and "within 4" not in higher
+    # the fit misses while the restarts agree with the main runs: the fitted interval off 0, the
+    # paired one on it
+    offset = analysis.IndependentRestarts(ok.predicted, ok.dev + 10 * sd, ok.sd, ok.paired,
+                                          restart_sd=ok.restart_sd, main_runs=8)
+    missed = analysis.independent_reading(offset)
+    assert "wholly above 0" in missed and "fit misses at this N" in missed
+    assert "had not reached" not in missed
+    assert "90%" in analysis.independent_reading(analysis.independent_restarts(at_limit, main, N, 0.9))
     one = analysis.independent_restarts(at_limit[:1], main[:, :1], N)
     assert np.isnan(one.mean[1]) and "one data set" in analysis.independent_reading(one)
+
+
+def test_spread_reading_tells_main_runs_that_spread_more_from_equal_spreads():
+    rng = np.random.default_rng(5)
+    N = np.array([16, 32, 64, 128, 512])
+    main = -1.0 + 0.3 / N[:, None, None] + 0.002 * rng.standard_normal((5, 4, 8))
+    equal = analysis.independent_restarts(-1.0 + 0.3 / 512 + 0.002 * rng.standard_normal((4, 6)),
+                                          main, N)
+    ratio, df1, df2, p = equal.variance_ratio
+    assert (df1, df2) == (28, 20)
+    assert ratio == pytest.approx(np.mean(equal.sd ** 2) / np.mean(equal.restart_sd ** 2))
+    tight = analysis.independent_restarts(-1.0 + 0.3 / 512 + 0.0004 * rng.standard_normal((4, 6)),
+                                          main, N)
+    assert tight.variance_ratio[0] > 5 and tight.variance_ratio[3] < 1e-3
+    assert "the main runs spread more" in analysis.spread_reading(tight)
+    assert "offset" in analysis.spread_reading(tight)
+    assert p >= 0.05 and "do not differ" in analysis.spread_reading(equal)
+    wide = analysis.independent_restarts(-1.0 + 0.3 / 512 + 0.01 * rng.standard_normal((4, 6)),
+                                         main, N)
+    assert "the restarts spread more" in analysis.spread_reading(wide)
+
+
+def test_margin_rereading_states_the_bias_direction_and_both_readings():
+    c = analysis.DataSetContrast
+    at = {q: c(np.zeros(4), v, 0.01, 3, 0.01) for q, v in
+          (("free energy", 0.2), ("bookkeeping rival", 0.1), ("energy", 0.05))}
+    floors = {"free energy": 0.002, "energy": 0.004}
+    assert analysis.margin_level(floors, 10.0) == pytest.approx(0.04)
+    text = analysis.margin_rereading(0.03, 0.04, at, at, 10.0)
+    assert "hotter is faster" in text and "0.04" in text and "at ε = 0.03" in text
+    assert f"{np.exp(0.2):.3f}" in text and "50%" in text
+    assert "no such bias" in analysis.margin_rereading(0.05, 0.04, at, at, 10.0)
+
+
+def test_ratio_direction_reading_says_which_way_the_ratios_point():
+    against = analysis.ratio_direction_reading([0.2, 0.3, 0.4], [0.09, 1.55, 1.25])
+    assert "ahead of DFIV at noise 0.2" in against and "behind DFIV at noise 0.3, 0.4" in against
+    assert "against the paper" in against
+    assert "the paper's way" in analysis.ratio_direction_reading([0.2, 0.4], [0.8, 0.5])
+    assert "against" in analysis.ratio_direction_reading([0.2, 0.4], [0.5, 0.8])
 
 
 def test_late_sd_by_gap_is_each_gaps_largest_late_fluctuation():

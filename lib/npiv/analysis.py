@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import least_squares
 from scipy.special import polygamma
+from scipy.stats import f as f_dist
 from scipy.stats import norm as normal
 from scipy.stats import t as student_t
 
@@ -71,6 +72,56 @@ def level_reading(level: float, floors: dict, factor: float) -> str:
     return (text + f": {', '.join(short)} fall{'s' if len(short) == 1 else ''} short of the margin "
             f"of {factor:g} fixed in advance, so {'its' if len(short) == 1 else 'their'} readings "
             "at ε may carry part of a stationary fluctuation")
+
+
+def margin_level(floors: dict, factor: float) -> float:
+    """The lowest level at which every set of gaps in ``floors`` (:func:`late_sd_by_gap`) clears
+    ``factor`` times its largest stationary fluctuation."""
+    return float(factor * max(floors.values()))
+
+
+def margin_rereading(level: float, margin: float, at_level: dict, at_margin: dict,
+                     factor: float) -> str:
+    """Words for the rate contrasts (name → :class:`DataSetContrast` of log rates, with "free
+    energy", "bookkeeping rival" and "energy") read at ``level`` ε and again, on the same
+    trajectories, at ``margin`` (:func:`margin_level`), with the direction of the bias a short
+    margin can carry: a noisier decaying gap crosses a fixed level earlier, and the hottest
+    temperature's gaps are the noisiest, so such a bias favours "hotter is faster"."""
+    if margin <= level:
+        return f"Every gap read at ε clears the margin of {factor:g}, so no such bias arises."
+
+    def ratios(cs):
+        share = cs["bookkeeping rival"].mean / cs["free energy"].mean
+        return (f"free energy {np.exp(cs['free energy'].mean):.3f}, bookkeeping rival "
+                f"{np.exp(cs['bookkeeping rival'].mean):.3f} ({share:.0%} of the free energy's "
+                f"change in log rate), energy {np.exp(cs['energy'].mean):.3f}")
+
+    return (f"A gap read at a level less than {factor:g} times its fluctuation can be biased in "
+            "one direction: a noisier decaying gap crosses a fixed level earlier, and the hottest "
+            "temperature's gaps fluctuate most, so such a bias favours 'hotter is faster'. Read "
+            f"again on the same trajectories at {margin:.3g}, the lowest level at which every gap "
+            f"clears the margin, the ratios of rates are {ratios(at_margin)} (at ε = {level:g}: "
+            f"{ratios(at_level)}).")
+
+
+def ratio_direction_reading(noises, ratios) -> str:
+    """Words for which way ratios of median errors (the variant over DFIV, per noise level,
+    ascending) point, read or not: where the variant is ahead (ratio below 1) and behind, and
+    whether they point the paper's way (ahead at every level and the more so the noisier: the
+    ratio falling with the noise) or against it."""
+    noises, ratios = np.asarray(noises, float), np.asarray(ratios, float)
+    if not np.isfinite(ratios).all():
+        return "the ratios cannot be read"
+
+    def fmt(m):
+        return ", ".join(f"{v:g}" for v in noises[m])
+
+    parts = [f"{'ahead of' if a else 'behind'} DFIV at noise {fmt(m)}"
+             for a, m in ((True, ratios < 1), (False, ratios >= 1)) if m.any()]
+    paper_way = bool((ratios < 1).all() and (np.diff(ratios) <= 0).all())
+    return ("the variant is " + " and ".join(parts) + ": these numbers point "
+            + ("the paper's way" if paper_way else
+               "against the paper's 'ahead, the more so the noisier'"))
 
 
 def correlation(a, b) -> float:
@@ -214,7 +265,8 @@ def shape_reading(mean: float, se: float, z: float = 2.0) -> str:
     (an exponential), above (the lower half faster) or below (the decay slowing down)."""
     if not np.isfinite(mean) or not np.isfinite(se):
         return f"{mean:+.3f} (no standard error)"
-    where = ("within two standard errors of 0, an exponential" if abs(mean) <= z * se else
+    where = ("within two standard errors of 0, consistent with an exponential at this resolution"
+             if abs(mean) <= z * se else
              "above 0, the lower half a little faster" if mean > 0 else
              "below 0, the decay still slowing down")
     return f"{mean:+.3f} ± {se:.3f}, {where}"
@@ -470,7 +522,15 @@ def sweep_metrics(lams, sweep: dict, fit: BiasVarianceFit) -> dict:
         "baselines_mse": sweep["baselines"]}}
 
 
-def ope_readable(moved: np.ndarray, control_errors: dict[str, float], *, moved_min: float = 0.5,
+#: The readability rule of the OPE comparison: the variant's median estimate at least this
+#: fraction of the true value at every compared noise level (below it its errors are the values).
+OPE_MOVED_MIN = 0.5
+#: The lowest noise level the released variant runs at (the levels of the paper's box plot).
+RELEASED_MIN_NOISE = 0.2
+
+
+def ope_readable(moved: np.ndarray, control_errors: dict[str, float], *,
+                 moved_min: float = OPE_MOVED_MIN,
                  control_max: float = 0.25) -> bool:
     """Whether the off-policy comparison can be read: the estimates being compared have left
     zero (median estimate ≥ ``moved_min`` of the true value at every compared noise level) and
@@ -497,7 +557,7 @@ def ope_summary(ope: dict, ctrl: dict, released: dict, released_ctrl: dict, nois
     ctrl_truth = float(ctrl["truth"][0])
     ctrl_rel = {"F²BMLD": float(np.median(ctrl["err_f2bmld"][0, 0])) / ctrl_truth,
                 **{k: float(np.median(v[0])) / ctrl_truth for k, v in ctrl["err"].items()}}
-    high = noises >= 0.2
+    high = noises >= RELEASED_MIN_NOISE
     est = np.asarray(released["est"][0], float)                     # (noise, replicate)
     rel_truth = np.asarray(released["truth"][0], float)
     rel_err = np.abs(est - rel_truth[:, None])
@@ -557,7 +617,7 @@ def ope_power(summary: dict, control_errors: dict[str, float], statement: str, *
     ceiling = float(max(0.0, 1.0 - floor.max()))
     return Power(statement, detectable=detectable, effect=effect, ceiling=ceiling,
                  control=bool(max(control_errors.values()) <= control_max),
-                 matched=bool(np.min(moved) >= 0.5),
+                 matched=bool(np.min(moved) >= OPE_MOVED_MIN),
                  value={"smallest median estimate / true value": float(np.min(moved)),
                         "ratios of medians": summary["rel_ratio"],
                         "control median relative error": control_errors,
@@ -772,19 +832,26 @@ def restart_check(late, particles) -> RestartCheck:
 
 @dataclass
 class IndependentRestarts:
-    """Independent optimisations at the largest particle number (``late`` (D, M): each restart's
-    stationary value) against the limit fitted to the main runs at every particle number:
-    ``predicted`` (D,) is L∞ + b·N^(−p) of :func:`particle_bias` on the main runs, evaluated at
-    that N; ``dev`` (D, M) each restart's value minus its data set's prediction; ``sd`` (D,) the
-    main runs' standard deviation at that N (the stationary fluctuation); ``paired`` (D,) each
-    data set's restart mean minus its main runs' mean there (no fit at all). Data sets are the
-    unit of every interval (their restarts share a prediction)."""
+    """Independent runs of the same dynamics at the largest particle number (``late`` (D, M):
+    each restart's stationary value) against the limit fitted to the main runs at every particle
+    number: ``predicted`` (D,) is L∞ + b·N^(−p) of :func:`particle_bias` on the main runs,
+    evaluated at that N; ``dev`` (D, M) each restart's value minus its data set's prediction;
+    ``sd`` (D,) the main runs' standard deviation of their late means at that N; ``restart_sd``
+    (D,) the restarts' own; ``paired`` (D,) each data set's restart mean minus its main runs'
+    mean there (no fit at all); ``main_runs`` the main runs per data set. Data sets are the unit
+    of every interval (their restarts share a prediction)."""
 
     predicted: np.ndarray
     dev: np.ndarray
     sd: np.ndarray
     paired: np.ndarray
     level: float = 0.95
+    restart_sd: np.ndarray | None = None
+    main_runs: int = 0
+
+    def __post_init__(self):
+        if self.restart_sd is None:
+            self.restart_sd = self.dev.std(-1, ddof=1)
 
     @property
     def by_data_set(self) -> np.ndarray:
@@ -813,9 +880,22 @@ class IndependentRestarts:
 
     @property
     def best_z(self) -> float:
-        """:attr:`best` in its data set's stationary fluctuations."""
+        """:attr:`best` in its data set's spread of restarts (:attr:`restart_sd`, the restarts'
+        own stationary spread of late means)."""
         d, m = np.unravel_index(np.argmin(self.dev), self.dev.shape)
-        return float(self.dev[d, m] / self.sd[d])
+        return float(self.dev[d, m] / self.restart_sd[d])
+
+    @property
+    def variance_ratio(self) -> tuple[float, int, int, float]:
+        """``(F, df_main, df_restarts, p)``: the main runs' pooled variance of late means over the
+        restarts' (each pooled over data sets, equal runs per data set), its degrees of freedom
+        and the one-sided p-value of "the main runs spread more" (F test); NaN without them."""
+        d, m = self.dev.shape
+        df_main, df_rest = d * (self.main_runs - 1), d * (m - 1)
+        if df_main < 1 or df_rest < 1:
+            return float("nan"), df_main, df_rest, float("nan")
+        ratio = float(np.mean(self.sd ** 2) / np.mean(self.restart_sd ** 2))
+        return ratio, df_main, df_rest, float(f_dist.sf(ratio, df_main, df_rest))
 
 
 def independent_restarts(late, main_late, particles, level: float = 0.95) -> IndependentRestarts:
@@ -826,38 +906,76 @@ def independent_restarts(late, main_late, particles, level: float = 0.95) -> Ind
     fit = particle_bias(main, N)
     predicted = fit.intercepts + fit.b * N[-1] ** (-fit.p)
     return IndependentRestarts(predicted, late - predicted[:, None], main[-1].std(-1, ddof=1),
-                               late.mean(-1) - main[-1].mean(-1), level)
+                               late.mean(-1) - main[-1].mean(-1), level,
+                               late.std(-1, ddof=1), main.shape[-1])
+
+
+def _side(interval) -> str:
+    """Where an interval ``(mean, low, high)`` lies against 0: "holds", "below" or "above"."""
+    _, lo, hi = interval
+    return "holds" if lo <= 0 <= hi else "below" if hi < 0 else "above"
 
 
 def independent_reading(check: IndependentRestarts, z: float = 4.0) -> str:
-    """Words for :class:`IndependentRestarts`, fixed before the run: where the mean deviation's
-    interval lies (holding 0: no restart law ends elsewhere on average; wholly below 0: the
-    restarts find lower values than the main runs' limit, a better optimum than the one the
-    dynamics reach; wholly above: they end higher, not yet at the limit), and whether the best
-    restart lies within ``z`` stationary fluctuations of the prediction, more than that below it,
-    or (even the best) more than that above it."""
-    mean, lo, hi = check.mean
+    """Words for :class:`IndependentRestarts`, fixed before the run, from both intervals (against
+    the fitted limit and, with no fit, against the main runs' own mean). The restarts run the same
+    N-particle diffusion at the same σ, N, λ and ζ, which has one stationary law whatever the
+    objective, so agreement shows mixing, not optimality: runs from very different initial laws
+    along a different temperature path reach the same stationary value within the flow time.
+    A disagreement means that one set of runs has not mixed within the flow time (the set that
+    ends higher) or that the fit misses at this N (the fitted interval off 0, the paired one on
+    it); it never means another optimum. Then: whether the best restart lies within ``z`` restart
+    standard deviations (the restarts' own spread) of the prediction, more than that below it, or
+    (even the best) above."""
     pct = f"{check.level:.0%}"
-    if not np.isfinite(lo):
-        where = "with one data set there is no interval"
-    elif lo <= 0 <= hi:
-        where = (f"the {pct} interval of their mean deviation holds 0: on average no restart "
-                 "ends away from the main runs' limit")
-    elif hi < 0:
-        where = (f"the {pct} interval of their mean deviation lies wholly below 0: the restarts "
-                 "end lower than the main runs' limit, a better optimum than the one those runs "
-                 "reach")
+    if not np.isfinite(check.mean[1]):
+        return "with one data set there is no interval"
+    words = {"holds": "holds 0", "below": "lies wholly below 0", "above": "lies wholly above 0"}
+    fit, paired = _side(check.mean), _side(check.paired_mean)
+    if fit == paired == "holds":
+        where = (f"both {pct} intervals of their mean deviation, from the fitted limit and from the "
+                 "main runs' own mean, hold 0: runs from very different initial laws, annealed "
+                 "along a different temperature path, reach the same stationary value within the "
+                 "flow time (the dynamics mix, and the limit is not an imprint of the main runs' "
+                 "starts)")
     else:
-        where = (f"the {pct} interval of their mean deviation lies wholly above 0: the restarts "
-                 "end higher than the main runs' limit, not at it")
+        where = (f"the {pct} interval of their mean deviation from the fitted limit "
+                 f"{words[fit]} and the one from the main runs' own mean {words[paired]}: ")
+        if paired == "holds":
+            where += ("the restarts agree with the main runs but not with the fitted limit, so the "
+                      "fit misses at this N")
+        elif paired == "below":
+            where += ("the restarts end lower than the main runs, so the main runs had not reached "
+                      "the stationary law within the flow time")
+        else:
+            where += ("the restarts end higher than the main runs, so the restarts had not reached "
+                      "the stationary law within the flow time")
+    spread = "restart standard deviations"
     if check.best_z < -z:
-        best = f"and the best restart lies more than {z:g} stationary fluctuations below the prediction"
+        best = f"and the best restart lies more than {z:g} {spread} below the prediction"
     elif check.best_z > z:
-        best = (f"and even the best restart lies more than {z:g} stationary fluctuations above the "
-                "prediction")
+        best = f"and even the best restart lies more than {z:g} {spread} above the prediction"
     else:
-        best = f"and the best restart lies within {z:g} stationary fluctuations of the prediction"
+        best = f"and the best restart lies within {z:g} {spread} of the prediction"
     return f"{where}, {best}"
+
+
+def spread_reading(check: IndependentRestarts, false_alarm: float = 0.05) -> str:
+    """Words for :attr:`IndependentRestarts.variance_ratio`: whether the main runs' late means
+    spread more than the restarts' at one-sided ``false_alarm`` (then each main run carries an
+    offset that persists through the late stretch, beyond the stationary fluctuation the
+    restarts show), less, or neither at this resolution."""
+    ratio, df1, df2, p = check.variance_ratio
+    if not np.isfinite(ratio):
+        return "the two spreads cannot be compared"
+    head = f"a variance ratio of {ratio:.1f} on ({df1}, {df2}) degrees of freedom (one-sided p = {p:.1e})"
+    if p < false_alarm:
+        return (head + ": the main runs spread more than the restarts, so each main run carries "
+                "an offset of its own that persists through the late stretch, beyond the "
+                "stationary fluctuation of a late mean")
+    if f_dist.sf(1 / ratio, df2, df1) < false_alarm:
+        return head + ": the restarts spread more than the main runs"
+    return head + ": the two spreads do not differ at this resolution"
 
 
 @dataclass
@@ -934,7 +1052,6 @@ def shape_contrast(t, gap_hot, gap_cold, hi: float, lo: float) -> DataSetContras
 #: The paper's box plot of F²BMLD's absolute OPE error: median and quartiles [Q1, Q3] per noise
 #: (hudsonchen/F2BMLD at bf35f1b, figures/box_plot.pdf).
 PAPER_OPE_F2BMLD_QUARTILES = {0.2: (0.26, 0.14, 0.40), 0.3: (0.94, 0.49, 1.61), 0.4: (6.5, 3.2, 8.7)}
-#: The authors' true policy values at γ = 0.99 per noise (their DQN target policy under
 #: The authors' OPE design (hudsonchen/F2BMLD at bf35f1b, scripts/myriad/configs_noise_*.txt):
 #: logged episodes, seeds, noise levels, the released variant's iterations (--max_steps) on every
 #: logged transition, and the paper's γ and λ.
@@ -985,6 +1102,7 @@ def ope_regime_text(gamma: float, lam: float, episodes: int, n: int, seeds: int,
                    f"level (the paper's {PAPER_OPE_SEEDS} seeds)")
 
 
+#: The authors' true policy values at γ = 0.99 per noise (their DQN target policy under
 #: CartPole-v1's episode cap; plotting_notebooks/plotting.ipynb at the same commit).
 PAPER_OPE_TRUE_VALUES = {0.0: 99.343, 0.1: 99.246, 0.2: 99.120, 0.3: 96.328, 0.4: 83.693}
 #: CartPole-v1's episode cap (gymnasium's registration, max_episode_steps), which bounds the

@@ -110,7 +110,9 @@ def restarts(n_particles: int, reps, n_restarts: int, n: int, lam: float, sigma:
     the recorded times ``t`` and Lagrangian ``L`` (data set, restart, time), measured at
     ``sigma`` throughout, ``late`` (data set, restart), its mean over ``t ≥ late_from``, and
     ``early``, its mean over the second half of the cooling (the same runs stopped early, still
-    above σ: a negative control of the comparison)."""
+    above σ: a negative control of the comparison), and ``settling``, its mean over the first half
+    of the stretch at σ before ``late_from`` (the same runs stopped at σ but early: a control
+    nearer the comparison's resolution; a re-read of the same trajectories)."""
     reps = [int(s) for s in reps]
     samples = [demand.sample(n, stream(root, "stationarity-data", s)) for s in reps]
     data = demand_batch([x for x in samples for _ in range(n_restarts)])
@@ -123,8 +125,10 @@ def restarts(n_particles: int, reps, n_restarts: int, n: int, lam: float, sigma:
     t = run.steps * float(cfg.flow_step)
     L = run.L_tracker.T.reshape(len(reps), n_restarts, -1)
     early = (t >= anneal_time / 2) & (t < anneal_time)
+    settling = (t >= anneal_time) & (t < (anneal_time + late_from) / 2)
     return {"t": t, "L": L, "late": L[..., t >= late_from].mean(-1),
-            "early": L[..., early].mean(-1), "init_scales": init}
+            "early": L[..., early].mean(-1), "settling": L[..., settling].mean(-1),
+            "init_scales": init}
 
 
 def _relaxed(t, L, late_from: float, level: float) -> dict:
