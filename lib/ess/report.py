@@ -145,9 +145,11 @@ def rival_text(cmp: dict, names: dict) -> str:
 CEILING_RHO = 1.0 - FAR_BETTER_GAP ** 2 / 2
 
 
-def undecidable_text(cmp: dict, names: dict) -> str:
+def undecidable_text(cmp: dict, names: dict, profile: str | None = None) -> str:
     """Where the ceiling lies below the stated effect: why no number of seeds decides the claim, and
-    what design would (ESS/κ and the rival parting within a family); empty otherwise."""
+    what design would (ESS/κ and the rival parting within a family); empty otherwise. ``profile``: the
+    run's profile; the words about the paper profile's grid say only what this run shows (at
+    ``"paper"`` it is that grid), not what another run showed."""
     if not cmp.get("defined") or cmp["ceiling"] >= FAR_BETTER_GAP:
         return ""
     rhos = "; ".join(f"{names[k]} " + ", ".join(f"{f} {v:.3f}" for f, v in r["rho_ab"].items()
@@ -157,14 +159,17 @@ def undecidable_text(cmp: dict, names: dict) -> str:
             f"but cannot raise a ceiling set by how alike ESS/κ and the rival rank the models, and a family's "
             f"ceiling reaches {FAR_BETTER_GAP:.2f} only where they correlate at most {CEILING_RHO:.3f}"
             + (f" (here: {rhos})" if rhos else "")
-            + ". No profile this CPU reaches parts them (the paper profile's wider grid of widths and κ did not); "
-              "what would decide the claim is a design where ESS/κ and TSS/κ part within a family, such as deeper "
+            + (". This run is the paper profile's, the widest grid of widths and κ this CPU reaches, and it does not "
+               "part them; " if profile == "paper" else
+               ". The paper profile's wider grid of widths and κ is the widest this CPU reaches, and its record says "
+               "whether it parts them; ")
+            + "what would decide the claim is a design where ESS/κ and TSS/κ part within a family, such as deeper "
               "models trained to convergence on tasks hard enough for gated models to collapse (ESS ≪ TSS), as the "
               "paper reports.")
 
 
 def accuracy_power(cmp: dict, names: dict, *, families, n_models: int, alpha: float, n_layers: int,
-                   steps: int, pooled: str) -> Power:
+                   steps: int, pooled: str, profile: str | None = None) -> Power:
     """The power statement of the claim that ESS/κ ranks accuracy better than every rival (``names``:
     rival → words) within each family: of :func:`lib.ess.analysis.rival_comparison`'s result ``cmp``
     over ``n_models`` models of ``families``, per rival its detectable gap at ``alpha`` and its ceiling
@@ -192,7 +197,7 @@ def accuracy_power(cmp: dict, names: dict, *, families, n_models: int, alpha: fl
            "convergence)." if paper_regime else
            f"{n_layers}-layer models trained {steps} steps, short of the paper's regime (two layers or more, "
            "trained to convergence; the CPU budget sets the steps).")
-        + " " + pooled + undecidable_text(cmp, names))
+        + " " + pooled + undecidable_text(cmp, names, profile))
     value = {k: {kk: d[kk] for kk in ("se", "detectable", "ceiling", "seeds_needed")} for k, d in designs.items()}
     for k, d in designs.items():  # more seeds cannot raise a ceiling set by how alike ESS/κ and the rival rank
         if d.get("ceiling") is not None and d["ceiling"] < FAR_BETTER_GAP:
@@ -206,17 +211,19 @@ def accuracy_power(cmp: dict, names: dict, *, families, n_models: int, alpha: fl
 
 def unresolved_text(dt: dict, n_seeds: int, accuracy, alpha: float) -> str:
     """Which replicates of :func:`lib.ess.analysis.delimiter_test`'s result ``dt`` (of ``n_seeds``) do
-    not resolve their own drop after the delimiters, with their mean drop, p-value, upper ``alpha``
-    bound and ``accuracy`` (per replicate), and what that means: below the smallest resolved drop, a
+    not resolve their own drop after the delimiters, with the sign test's statistic (the share of test
+    sequences whose drop is positive), its p-value at ``alpha`` and ``accuracy`` (per replicate), and
+    what that means: below the smallest resolved drop, a
     training run that solves the task without resetting; otherwise the run cannot decide the claim."""
     unresolved, drop_means = dt["unresolved"], dt["means"]["drop"]
     if not unresolved.size:
         return "every replicate's own drop is resolved"
     return (
         f"{len(unresolved)} of {n_seeds} replicates "
-        + ("does not resolve its" if len(unresolved) == 1 else "do not resolve their") + " own drop: mean drop "
-        + ", ".join(f"{drop_means[k]:.2f} (p = {dt['p']['drop'][k]:.1g}, upper {alpha:.1e} bound "
-                    f"{dt['drop_upper'][k]:.2f}, accuracy {accuracy[k]:.2f})" for k in unresolved)
+        + ("does not resolve its" if len(unresolved) == 1 else "do not resolve their") + " own drop: positive in "
+        + ", ".join(f"{dt['positive_share']['drop'][k]:.0%} of its test sequences (sign test p = "
+                    f"{dt['p']['drop'][k]:.1g} against {alpha:.1e}; mean drop {drop_means[k]:.2f}, accuracy "
+                    f"{accuracy[k]:.2f})" for k in unresolved)
         + (f", below the smallest drop of a replicate that resolves one ({dt['smallest_resolved']:.2f}): "
            + ("this training run solves" if len(unresolved) == 1 else "these training runs solve")
            + " the task without resetting, so the test's power is not what fails"
@@ -249,7 +256,8 @@ def delimiter_reading(p: dict, alpha: float) -> str:
 
 
 def delimiter_power(dt: dict, share: dict, run_power: dict, reset_drops: np.ndarray, accuracy: dict, *,
-                    alpha: float, eval_length: int, negative: dict, observed: dict | None = None) -> Power:
+                    alpha: float, eval_length: int, negative: dict, observed: dict | None = None,
+                    length_matched: dict | None = None, flip: float | None = None) -> Power:
     """The power statement of the delimiter claim, the training run as the unit: the design of
     :func:`lib.ess.analysis.run_share_test`'s result ``share`` (the smallest share of resetting runs
     its rule detects with probability 0.8 at ``alpha``, given each resetting run's chance
@@ -259,7 +267,11 @@ def delimiter_power(dt: dict, share: dict, run_power: dict, reset_drops: np.ndar
     holds}: the same rule on linear attention, which cannot reset; the comparison is unmatched if it
     passes), the shares the resetting runs showed (``observed``, :func:`lib.ess.analysis.reset_run_power`;
     descriptive, selected by the tests), and each arm's accuracy range (``accuracy``: arm → per
-    replicate) at the length ``eval_length``."""
+    replicate) at the length ``eval_length``. ``length_matched``: the second negative control ({statement,
+    value, holds}: the length-matched GLA, never trained on delimiters, as the model under test, by the
+    rule it can be judged by), treated as the first: if either passes, the comparison is unmatched.
+    ``flip``: :func:`lib.ess.analysis.reset_share_flip_point`, the per-sequence share below which the
+    rule no longer detects the stated share of runs."""
     acc = accuracy
     max_p_reset = max(v.max() for v in dt["p_positive"].values())
     rp = run_power
@@ -270,13 +282,21 @@ def delimiter_power(dt: dict, share: dict, run_power: dict, reset_drops: np.ndar
     return Power(
         f"The unit is the training run: {share['n']} independent runs, each tested at {share['alpha_run']:.1e} "
         f"by exact sign tests over its {dt['n_sequences']} test sequences (valid for skewed drops), so that a "
-        f"chapter seed whose runs never reset passes with probability below {alpha:.1e}. Per run, fixed a priori: "
-        f"the paper describes the drop as a regular feature at delimiters, so a run that resets is taken to show "
-        f"a positive difference in a share {rp['share']:.2f} of its sequences for each of the {rp['n_tests']} tests "
+        f"chapter seed whose runs never reset passes with probability below {alpha:.1e}. Per run, the chapter's own "
+        f"choice (the paper's text was not available, and the notes on it record only a graded effect): a run that "
+        f"resets is taken to show a positive difference in a share {rp['share']:.2f} of its sequences (19 in 20) "
+        f"for each of the {rp['n_tests']} tests "
         f"(the drop, the margin over the control and over linear attention). Each test then rejects with "
         f"probability {rp['per_test']:.3f} (exact binomial power) and all {rp['n_tests']} with probability at least "
         f"{rp['power']:.3f} (Bonferroni); a test detects a share of {rp['share_detectable']:.2f} with probability "
-        f"0.8, below the stated {rp['share']:.2f} and the ceiling 1.{seen} The paper's finding is taken a priori "
+        f"0.8, below the stated {rp['share']:.2f} and the ceiling 1.{seen}"
+        + ("" if flip is None else
+           " The design hinges on that choice: at this many sequences no share lets the rule detect the stated "
+           "share of resetting runs." if not math.isfinite(flip) else
+           f" The design hinges on that choice: below a share of {flip:.3f} per sequence the rule no longer detects "
+           f"the stated share of resetting runs, so a verdict of \"not reproduced\" says that no run resets in at "
+           f"least about {flip:.2f} of its sequences, not that no run resets at all.")
+        + f" The paper's finding is taken a priori "
         f"as a share of {share['effect']:.1f} of runs that reset, and the rule (one run or more) detects a share of "
         f"{share['detectable']:.2f} with probability 0.8 at that per-run power, against the ceiling 1. Positive "
         f"control: the same per-run tests on the delimiter-trained GLA with a hard reset on the delimiter (mean "
@@ -284,13 +304,18 @@ def delimiter_power(dt: dict, share: dict, run_power: dict, reset_drops: np.ndar
         f"control, by the claim's own rule: {negative['statement']}: "
         + ("it passes, so the rule does not single out a model that can reset (unmatched)" if negative["holds"]
            else "it fails, as it must")
+        + ("" if length_matched is None else
+           f". Second negative control, treated alike: {length_matched['statement']}: "
+           + ("it passes, so the rule does not single out a model trained to reset (unmatched)"
+              if length_matched["holds"] else "it fails, as it must"))
         + f". All arms trained and measured at {eval_length} tokens for the same steps; accuracy "
         f"{acc['delimited'].min():.2f}–{acc['delimited'].max():.2f} (GLA with delimiters), "
         f"{acc['control'].min():.2f}–{acc['control'].max():.2f} (control), "
         f"{acc['linear'].min():.2f}–{acc['linear'].max():.2f} (linear attention); a one-layer model on a "
         "synthetic delimited recall task stands in for the paper's language models.",
         detectable=share["detectable"], effect=share["effect"], ceiling=share["ceiling"],
-        control=bool(dt["control_passes"]), matched=not negative["holds"],
+        control=bool(dt["control_passes"]),
+        matched=not (negative["holds"] or (length_matched is not None and length_matched["holds"])),
         value={"reset_drop": float(reset_drops.mean()), "max_p_reset": float(max_p_reset),
                "share_detectable_per_run": rp["share_detectable"], "sequence_share_effect": rp["share"],
                "sequence_share_ceiling": rp["ceiling"], "run_power": rp["power"],
@@ -298,7 +323,8 @@ def delimiter_power(dt: dict, share: dict, run_power: dict, reset_drops: np.ndar
                "observed_shares": None if observed is None else observed["share"],
                "k": share["k"], "n": share["n"], "alpha_run": share["alpha_run"],
                "resets": dt["resets"].tolist(), "resets_positive": dt["resets_positive"].tolist(),
-               "negative_control": negative})
+               "negative_control": negative, "negative_control_length_matched": length_matched,
+               "sequence_share_flip_point": flip})
 
 
 def stalled_text(stalled: dict, n_seeds: int, chance: float) -> str:
@@ -355,22 +381,31 @@ def contrast_pairs_needed(alpha: float, effect: float, power: float = 0.8) -> in
     return int(math.ceil(2 * (z / effect) ** 2 + 3))
 
 
-def mediation_text(med: dict) -> str:
-    """The mediation reading (:func:`lib.ess.analysis.origin_mediation`'s ``med``) in words: the residual
-    with its interval, and whether it tells an ESS that carries the gain (residual 0) from one that
-    carries none (residual = the gain)."""
-    where = ("excludes both 0 and the whole gain: the ESS change accounts for part of the gain"
-             if med["excludes_zero"] and med["excludes_gain"] else
-             "excludes 0 but not the whole gain: against the paper's account, the ESS change does not account for "
-             "the gain" if med["excludes_zero"] else
-             "excludes the whole gain but not 0: consistent with the paper's account that the ESS change carries "
-             "the gain" if med["excludes_gain"] else
-             "holds both 0 and the whole gain: this run cannot tell whether the ESS change carries the gain")
-    return (f"the residual is {med['residual']:+.3f} ({med['level']:.0%} bootstrap interval "
-            f"[{med['low']:+.3f}, {med['high']:+.3f}], pairs resampled within each group), an interval that {where}")
+def mediation_text(med: dict | None) -> str:
+    """The mediation reading (:func:`lib.ess.analysis.origin_mediation`'s ``med``) in words, from two
+    intervals: the predicted gain's (whether the ESS change accounts for any of the gain: "none" only
+    where it holds 0) and the residual's (whether it accounts for all of it: where it holds 0).
+    ``None``: too few pairs to fit."""
+    if med is None:
+        return "too few pairs to fit the control line"
+    whole = not med["excludes_zero"]                  # the residual's interval holds 0
+    if med["pred_high"] < 0:
+        where = "the control line predicts a loss at the treatment's ESS change: against the paper's account"
+    elif med["predicted_excludes_zero"]:
+        where = ("the ESS change accounts for part of the gain" if not whole else
+                 "the ESS change accounts for some of the gain, and the interval does not exclude all of it")
+    else:
+        where = ("the ESS change accounts for none of the gain this interval resolves: against the paper's account"
+                 if not whole else "this run cannot tell whether the ESS change carries the gain")
+    return (f"the predicted gain is {med['predicted']:+.3f} ({med['level']:.0%} bootstrap interval "
+            f"[{med['pred_low']:+.3f}, {med['pred_high']:+.3f}]) and the residual {med['residual']:+.3f} "
+            f"([{med['low']:+.3f}, {med['high']:+.3f}]; pairs resampled within each group, {med['n_treat']} "
+            f"treatment and {med['n_ctl']} control pairs): {where}")
 
 
-def tracking_power(track: dict, contrast: dict, med: dict, *, alpha: float, max_pairs: int | None = None) -> Power:
+def tracking_power(track: dict, contrast: dict, med: dict, *, alpha: float, max_pairs: int | None = None,
+                   med_trained: dict | None = None, untrained: tuple[int, int] | None = None,
+                   threshold: float | None = None) -> Power:
     """The power statement of the claim that the regulariser's gain goes through the entropy-ESS: an
     intersection of :func:`lib.ess.analysis.gain_tracking_test` (the treatment pairs' changes
     correlate) and :func:`lib.ess.analysis.correlation_contrast_test`'s ``contrast`` (more than the
@@ -378,8 +413,11 @@ def tracking_power(track: dict, contrast: dict, med: dict, *, alpha: float, max_
     difference at ``alpha`` against the stated effect: treatment at the tracking effect, control at 0),
     the harder of the two; unmatched where the seeds cannot reach ``alpha``; the pairs per group the
     Fisher-z formula asks for (:func:`contrast_pairs_needed`, a lower bound), set beside ``max_pairs``, the
-    most pairs per group any profile trains (the paper profile's). The mediation reading
-    ``med`` (:func:`lib.ess.analysis.origin_mediation`) is reported beside it."""
+    most pairs per group any profile trains (the paper profile's). The stated effect puts the control at
+    r = 0; the observed control r and ``untrained`` (the treatment and control pairs containing a run
+    whose accuracy is at most ``threshold``) are set beside that assumption. The mediation reading
+    ``med`` (:func:`lib.ess.analysis.origin_mediation`) is reported beside it, on all pairs and
+    (``med_trained``) on the pairs where both runs trained, both fixed in advance."""
     c = contrast
     need = contrast_pairs_needed(alpha, c["effect"])
     return Power(
@@ -400,16 +438,30 @@ def tracking_power(track: dict, contrast: dict, med: dict, *, alpha: float, max_
            if max_pairs is not None and max_pairs < need else "")
         + f"what would decide it is at least {need} treatment and {need} control pairs (or a power of the "
         f"permutation contrast simulated at the design). "
-        f"Mediation, beside the rule: the control pairs' line of gain on ESS change through the origin (slope "
+        + (f"The stated effect also assumes control pairs that correlate at 0; here r_C = {c['r_ctl']:.2f}"
+           + ("" if untrained is None else
+              f", with {untrained[1]} of {c['n_ctl']} control pairs and {untrained[0]} of {track['n']} treatment pairs "
+              f"containing a run that did not train (accuracy at most {threshold:.3f}), which moves ESS and "
+              f"accuracy together in any pair")
+           + f". A control correlation above 0 leaves less contrast to detect, so {need} pairs per group is a lower "
+             "bound on what a decision would need for that reason too. ")
+        + f"Mediation, beside the rule: the control pairs' line of gain on ESS change through the origin (slope "
         f"{med['slope']:+.3f}) predicts a gain of {med['predicted']:+.3f} at the treatment's mean ESS change "
         f"({track['measure_mean']:+.3f}; sign-flip p = {track['measure_p']:.1e} for a rise), against its mean gain "
-        f"{med['gain']:+.3f}; {mediation_text(med)}."
+        f"{med['gain']:+.3f}; with all pairs, {mediation_text(med)}"
+        + ("" if untrained is None else
+           f"; with the pairs containing a run that did not train left out, {mediation_text(med_trained)}") + "."
         + _level_text(track, alpha, f"1/{track['n']}! = {1.0 / math.factorial(track['n']):.1e}"),
         detectable=c["detectable"], effect=c["effect"], ceiling=None, matched=bool(track["reachable"]),
         value={k: track[k] for k in ("n", "r", "p", "measure_mean", "measure_p", "reachable")}
         | {f"contrast_{k}": c[k] for k in ("r_ctl", "diff", "z_diff", "p", "detectable", "effect")}
         | {"pairs_needed_at_least": need}
-        | {f"mediation_{k}": med[k] for k in ("slope", "predicted", "gain", "residual", "low", "high", "level")})
+        | {f"mediation_{k}": med[k] for k in ("slope", "predicted", "pred_low", "pred_high", "gain", "residual", "low",
+                                              "high", "level")}
+        | {"untrained_pairs": None if untrained is None else {"treatment": untrained[0], "control": untrained[1]},
+           "mediation_trained": None if med_trained is None else
+           {k: med_trained[k] for k in ("slope", "predicted", "pred_low", "pred_high", "gain", "residual", "low",
+                                        "high", "n_treat", "n_ctl")}})
 
 
 def control_pairs(df: pd.DataFrame, control: pd.DataFrame, lam0: float, offset: int) -> pd.DataFrame:
