@@ -935,9 +935,9 @@ def independent_reading(check: IndependentRestarts, z: float = 4.0) -> str:
     if fit == paired == "holds":
         where = (f"both {pct} intervals of their mean deviation, from the fitted limit and from the "
                  "main runs' own mean, hold 0: runs from very different initial laws, annealed "
-                 "along a different temperature path, reach the same stationary value within the "
-                 "flow time (the dynamics mix, and the limit is not an imprint of the main runs' "
-                 "starts)")
+                 "along a different temperature path, reach the same stationary value in their "
+                 "means, at this resolution, within the flow time (the limit is not an imprint of "
+                 "the main runs' starts)")
     else:
         where = (f"the {pct} interval of their mean deviation from the fitted limit "
                  f"{words[fit]} and the one from the main runs' own mean {words[paired]}: ")
@@ -962,17 +962,17 @@ def independent_reading(check: IndependentRestarts, z: float = 4.0) -> str:
 
 def spread_reading(check: IndependentRestarts, false_alarm: float = 0.05) -> str:
     """Words for :attr:`IndependentRestarts.variance_ratio`: whether the main runs' late means
-    spread more than the restarts' at one-sided ``false_alarm`` (then each main run carries an
-    offset that persists through the late stretch, beyond the stationary fluctuation the
-    restarts show), less, or neither at this resolution."""
+    spread more than the restarts' at one-sided ``false_alarm`` (then single main runs keep
+    offsets set by their starts through the late stretch: one main run has not mixed within the
+    flow time, whatever their mean does), less, or neither at this resolution."""
     ratio, df1, df2, p = check.variance_ratio
     if not np.isfinite(ratio):
         return "the two spreads cannot be compared"
     head = f"a variance ratio of {ratio:.1f} on ({df1}, {df2}) degrees of freedom (one-sided p = {p:.1e})"
     if p < false_alarm:
-        return (head + ": the main runs spread more than the restarts, so each main run carries "
-                "an offset of its own that persists through the late stretch, beyond the "
-                "stationary fluctuation of a late mean")
+        return (head + ": the main runs spread more than the restarts, so single main runs keep "
+                "offsets set by their starts that persist through the late stretch: one main run "
+                "has not mixed within the flow time, whatever their mean does")
     if f_dist.sf(1 / ratio, df2, df1) < false_alarm:
         return head + ": the restarts spread more than the main runs"
     return head + ": the two spreads do not differ at this resolution"
@@ -1175,14 +1175,13 @@ def contrast_glue(kind: str, contrasts: dict, false_alarm: float) -> dict:
 
 def restart_reading(check: RestartCheck, z: float = 2.0) -> str:
     """Words for :class:`RestartCheck`: whether the restarts' mean deviation from the prediction is
-    within ``z`` standard errors of 0, and how it compares with the stationary fluctuation (each
-    run's deviation in units of its data set's standard deviation over restarts)."""
+    within ``z`` standard errors of 0, and how it compares with the spread over runs (each run's
+    deviation in units of its data set's standard deviation over restarts)."""
     shift = check.mean / check.se if check.se > 0 else float("nan")
     zmax = float(np.abs(check.z).max())
     where = (f"their mean deviation is within {z:g} standard errors of 0" if abs(shift) <= z else
              f"their mean deviation, {check.mean:+.4f}, is {shift:+.1f} standard errors over runs "
              "from 0 (runs of one data set share its prediction, and that error leaves out the "
              "prediction's own, so it overstates how well the shift is resolved)")
-    return (f"{where}, and no run lies further than {zmax:.1f} of its data set's stationary "
-            "fluctuations from the prediction" + (": no initial law ends systematically elsewhere"
-                                                  if abs(shift) <= z and zmax <= 4 else ""))
+    return (f"{where}, and no run lies further than {zmax:.1f} of its data set's standard "
+            "deviations over runs from the prediction")

@@ -100,7 +100,7 @@ def stationarity(particles, reps, n_inits: int, n: int, lam: float, sigma: float
 def restarts(n_particles: int, reps, n_restarts: int, n: int, lam: float, sigma: float,
              cfg: mf.F2BMLDConfig, root: int, late_from: float, scales: tuple[float, float],
              anneal_factor: float, anneal_time: float) -> dict:
-    """Independent optimisations at one particle number on the stationarity design's data sets
+    """Independent restarts at one particle number on the stationarity design's data sets
     (sub-stream ``("stationarity-data", rep)``, the same draws): ``n_restarts`` runs per data
     set from initial laws unlike that design's, N(0, s² I) with the scale s geometric over
     ``scales`` and no mirror split, annealed: each starts at ``anneal_factor`` times every
