@@ -893,7 +893,7 @@ def test_delimiter_power_is_the_share_of_runs_with_an_a_priori_run_power_and_bot
     p = delimiter_power(dt, share, rp, reset, acc, alpha=1e-3, eval_length=50, negative=negative, observed=seen)
     assert p.control is True and p.matched and p.detects
     assert p.detectable == pytest.approx((1 - 0.2 ** (1 / 3)) / rp["power"])
-    assert p.value["run_power"] == rp["power"] and p.value["run_power_basis"] == "a priori"
+    assert p.value["run_power"] == rp["power"] and p.value["run_power_basis"] == "the chapter's choice"
     assert p.value["negative_control"] == negative and "it fails, as it must" in p.statement
     assert f"mean entropy drop {reset.mean():.2f}" in p.statement and "measured at 50 tokens" in p.statement
     assert p.value["k"] == 3 and p.value["resets"] == [True, True, True]
@@ -904,18 +904,20 @@ def test_delimiter_power_is_the_share_of_runs_with_an_a_priori_run_power_and_bot
     # a negative control that passes the rule: the comparison is unmatched, the design detects nothing
     p = delimiter_power(dt, share, rp, reset, acc, alpha=1e-3, eval_length=50, negative={**negative, "holds": True})
     assert not p.matched and not p.detects and "unmatched" in p.statement
-    # the second negative control (the length-matched GLA) is treated alike: failing keeps the design matched,
-    # passing makes it unmatched; both are recorded in the power's value, beside the flip point
+    # the length-matched GLA, judged by the part of the rule it can be judged by, is descriptive: the claim's
+    # own margin over it already excludes a drop it shows, so passing that part does not unmatch the design
     second = {"statement": "the length-matched GLA", "value": 0, "holds": False}
     p = delimiter_power(dt, share, rp, reset, acc, alpha=1e-3, eval_length=50, negative=negative,
                         length_matched=second, flip=0.912)
-    assert p.matched and p.detects and p.value["negative_control_length_matched"] == second
-    assert "Second negative control, treated alike: the length-matched GLA: it fails" in p.statement
+    assert p.matched and p.detects and p.value["length_matched_descriptive"] == second
+    assert "the length-matched GLA: it does not pass that part of the rule" in p.statement
     assert p.value["sequence_share_flip_point"] == 0.912 and "below a share of 0.912 per sequence" in p.statement
+    assert "fewer than about 50% of runs reset in at least about 0.91" in p.statement
     assert "the chapter's own choice" in p.statement and "paper describes" not in p.statement
+    assert "(19 in 20)" in p.statement
     p = delimiter_power(dt, share, rp, reset, acc, alpha=1e-3, eval_length=50, negative=negative,
                         length_matched={**second, "holds": True})
-    assert not p.matched and not p.detects and "not single out a model trained to reset (unmatched)" in p.statement
+    assert p.matched and p.detects and "it passes that part of the rule" in p.statement
 
 
 def test_design_run_power_is_fixed_by_the_stated_share_not_by_the_runs():
@@ -1010,6 +1012,16 @@ def test_delimiter_negative_control_fails_without_a_reset_and_passes_with_one():
     # one that drops in every sequence by more than the control: the same rule passes (it can fail or pass)
     pos = delimiter_negative_control(ctl + 5.0, {"control": ctl - 1.0}, 1e-4, 3e-4)
     assert pos["holds"] and pos["k"] == 3
+
+
+def test_mediation_text_reads_more_than_the_whole_gain():
+    from lib.ess.report import mediation_text, share_in_words
+
+    med = {"predicted": 0.091, "pred_low": 0.078, "pred_high": 0.105, "predicted_excludes_zero": True,
+           "residual": -0.071, "low": -0.085, "high": -0.058, "excludes_zero": True, "level": 0.95,
+           "n_treat": 20, "n_ctl": 20}
+    assert mediation_text(med).endswith("predicts more than the whole gain at the treatment's ESS change")
+    assert share_in_words(0.95) == "19 in 20" and share_in_words(0.5) == "1 in 2"
 
 
 def test_origin_mediation_reads_zero_when_the_control_line_accounts_for_the_gain():

@@ -420,7 +420,7 @@ def design_run_power(q: float, n_sequences: int, alpha: float, n_tests: int, pow
     detectable = sign_test_detectable(n_sequences, alpha, power)
     return {"share": float(q), "per_test": per, "power": intersection_power([per] * n_tests),
             "share_detectable": detectable, "ceiling": 1.0, "detects": bool(detectable <= q <= 1.0),
-            "n_sequences": int(n_sequences), "n_tests": int(n_tests), "basis": "a priori"}
+            "n_sequences": int(n_sequences), "n_tests": int(n_tests), "basis": "the chapter's choice"}
 
 
 def reset_share_flip_point(n_sequences: int, alpha_run: float, n_tests: int, n_runs: int,

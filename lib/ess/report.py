@@ -5,6 +5,7 @@ correlations in words, and the power statements of the chapter's four statistica
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 import pandas as pd
@@ -255,21 +256,29 @@ def delimiter_reading(p: dict, alpha: float) -> str:
             "not every seed resolves " + " and ".join(failed))
 
 
+def share_in_words(q: float, most: int = 100) -> str:
+    """A share as the nearest fraction with a denominator of at most ``most``, in words: 0.95 → "19 in 20"."""
+    f = Fraction(q).limit_denominator(most)
+    return f"{f.numerator} in {f.denominator}"
+
+
 def delimiter_power(dt: dict, share: dict, run_power: dict, reset_drops: np.ndarray, accuracy: dict, *,
                     alpha: float, eval_length: int, negative: dict, observed: dict | None = None,
                     length_matched: dict | None = None, flip: float | None = None) -> Power:
     """The power statement of the delimiter claim, the training run as the unit: the design of
     :func:`lib.ess.analysis.run_share_test`'s result ``share`` (the smallest share of resetting runs
     its rule detects with probability 0.8 at ``alpha``, given each resetting run's chance
-    ``run_power`` of passing its own tests, fixed a priori by :func:`lib.ess.analysis.design_run_power`;
+    ``run_power`` of passing its own tests, from the chapter's chosen share by
+    :func:`lib.ess.analysis.design_run_power`;
     the stated share; ceiling 1), its positive control (:func:`lib.ess.analysis.delimiter_test`'s tests
     on the hard-reset model, ``reset_drops``), its negative control ``negative`` ({statement, value,
     holds}: the same rule on linear attention, which cannot reset; the comparison is unmatched if it
     passes), the shares the resetting runs showed (``observed``, :func:`lib.ess.analysis.reset_run_power`;
     descriptive, selected by the tests), and each arm's accuracy range (``accuracy``: arm → per
-    replicate) at the length ``eval_length``. ``length_matched``: the second negative control ({statement,
-    value, holds}: the length-matched GLA, never trained on delimiters, as the model under test, by the
-    rule it can be judged by), treated as the first: if either passes, the comparison is unmatched.
+    replicate) at the length ``eval_length``. ``length_matched``: the length-matched GLA, never trained on
+    delimiters, as the model under test by the part of the rule it can be judged by ({statement, value,
+    holds}); descriptive, not a control of the verdict, since the claim's own margin over that model
+    already excludes a drop it shows.
     ``flip``: :func:`lib.ess.analysis.reset_share_flip_point`, the per-sequence share below which the
     rule no longer detects the stated share of runs."""
     acc = accuracy
@@ -284,7 +293,8 @@ def delimiter_power(dt: dict, share: dict, run_power: dict, reset_drops: np.ndar
         f"by exact sign tests over its {dt['n_sequences']} test sequences (valid for skewed drops), so that a "
         f"chapter seed whose runs never reset passes with probability below {alpha:.1e}. Per run, the chapter's own "
         f"choice (the paper's text was not available, and the notes on it record only a graded effect): a run that "
-        f"resets is taken to show a positive difference in a share {rp['share']:.2f} of its sequences (19 in 20) "
+        f"resets is taken to show a positive difference in a share {rp['share']:.2f} of its sequences "
+        f"({share_in_words(rp['share'])}) "
         f"for each of the {rp['n_tests']} tests "
         f"(the drop, the margin over the control and over linear attention). Each test then rejects with "
         f"probability {rp['per_test']:.3f} (exact binomial power) and all {rp['n_tests']} with probability at least "
@@ -292,10 +302,11 @@ def delimiter_power(dt: dict, share: dict, run_power: dict, reset_drops: np.ndar
         f"0.8, below the stated {rp['share']:.2f} and the ceiling 1.{seen}"
         + ("" if flip is None else
            " The design hinges on that choice: at this many sequences no share lets the rule detect the stated "
-           "share of resetting runs." if not math.isfinite(flip) else
+           "share of resetting runs, so the verdict cannot read \"not reproduced\"." if not math.isfinite(flip) else
            f" The design hinges on that choice: below a share of {flip:.3f} per sequence the rule no longer detects "
-           f"the stated share of resetting runs, so a verdict of \"not reproduced\" says that no run resets in at "
-           f"least about {flip:.2f} of its sequences, not that no run resets at all.")
+           f"the stated share of resetting runs, so a verdict of \"not reproduced\" says that fewer than about "
+           f"{share['effect']:.0%} of runs reset in at least about {flip:.2f} of their sequences, not that no run "
+           "resets at all.")
         + f" The paper's finding is taken a priori "
         f"as a share of {share['effect']:.1f} of runs that reset, and the rule (one run or more) detects a share of "
         f"{share['detectable']:.2f} with probability 0.8 at that per-run power, against the ceiling 1. Positive "
@@ -305,9 +316,9 @@ def delimiter_power(dt: dict, share: dict, run_power: dict, reset_drops: np.ndar
         + ("it passes, so the rule does not single out a model that can reset (unmatched)" if negative["holds"]
            else "it fails, as it must")
         + ("" if length_matched is None else
-           f". Second negative control, treated alike: {length_matched['statement']}: "
-           + ("it passes, so the rule does not single out a model trained to reset (unmatched)"
-              if length_matched["holds"] else "it fails, as it must"))
+           f". Beside it, descriptive (the claim's margin over this model already excludes a drop it shows): "
+           f"{length_matched['statement']}: " + ("it passes that part of the rule" if length_matched["holds"]
+                                                 else "it does not pass that part of the rule"))
         + f". All arms trained and measured at {eval_length} tokens for the same steps; accuracy "
         f"{acc['delimited'].min():.2f}–{acc['delimited'].max():.2f} (GLA with delimiters), "
         f"{acc['control'].min():.2f}–{acc['control'].max():.2f} (control), "
@@ -315,7 +326,7 @@ def delimiter_power(dt: dict, share: dict, run_power: dict, reset_drops: np.ndar
         "synthetic delimited recall task stands in for the paper's language models.",
         detectable=share["detectable"], effect=share["effect"], ceiling=share["ceiling"],
         control=bool(dt["control_passes"]),
-        matched=not (negative["holds"] or (length_matched is not None and length_matched["holds"])),
+        matched=not negative["holds"],
         value={"reset_drop": float(reset_drops.mean()), "max_p_reset": float(max_p_reset),
                "share_detectable_per_run": rp["share_detectable"], "sequence_share_effect": rp["share"],
                "sequence_share_ceiling": rp["ceiling"], "run_power": rp["power"],
@@ -323,7 +334,7 @@ def delimiter_power(dt: dict, share: dict, run_power: dict, reset_drops: np.ndar
                "observed_shares": None if observed is None else observed["share"],
                "k": share["k"], "n": share["n"], "alpha_run": share["alpha_run"],
                "resets": dt["resets"].tolist(), "resets_positive": dt["resets_positive"].tolist(),
-               "negative_control": negative, "negative_control_length_matched": length_matched,
+               "negative_control": negative, "length_matched_descriptive": length_matched,
                "sequence_share_flip_point": flip})
 
 
@@ -391,6 +402,8 @@ def mediation_text(med: dict | None) -> str:
     whole = not med["excludes_zero"]                  # the residual's interval holds 0
     if med["pred_high"] < 0:
         where = "the control line predicts a loss at the treatment's ESS change: against the paper's account"
+    elif med["predicted_excludes_zero"] and med["high"] < 0:
+        where = "the control line predicts more than the whole gain at the treatment's ESS change"
     elif med["predicted_excludes_zero"]:
         where = ("the ESS change accounts for part of the gain" if not whole else
                  "the ESS change accounts for some of the gain, and the interval does not exclude all of it")
@@ -417,7 +430,8 @@ def tracking_power(track: dict, contrast: dict, med: dict, *, alpha: float, max_
     r = 0; the observed control r and ``untrained`` (the treatment and control pairs containing a run
     whose accuracy is at most ``threshold``) are set beside that assumption. The mediation reading
     ``med`` (:func:`lib.ess.analysis.origin_mediation`) is reported beside it, on all pairs and
-    (``med_trained``) on the pairs where both runs trained, both fixed in advance."""
+    (``med_trained``) on the pairs where both runs trained, both ways (leaving pairs out conditions on
+    an outcome of the treatment, which may rescue a run that would have stalled)."""
     c = contrast
     need = contrast_pairs_needed(alpha, c["effect"])
     return Power(
